@@ -1,0 +1,41 @@
+// Byte layouts of the quantized block types (quant-formats.md §4-§8, §10). All little-endian;
+// f16 fields are raw IEEE binary16 bits.
+#pragma once
+#include <cstdint>
+
+namespace k3 {
+
+constexpr int QK = 32;    // legacy / MXFP4 / IQ4_NL block
+constexpr int QK_K = 256;  // K-quant super-block
+
+#pragma pack(push, 1)
+struct block_q4_0 { uint16_t d; uint8_t qs[QK / 2]; };
+struct block_q4_1 { uint16_t d; uint16_t m; uint8_t qs[QK / 2]; };
+struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; };
+struct block_q5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[QK / 2]; };
+struct block_q8_0 { uint16_t d; int8_t qs[QK]; };
+struct block_q8_1 { uint16_t d; uint16_t s; int8_t qs[QK]; };
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK / 2]; };
+struct block_iq4_nl { uint16_t d; uint8_t qs[QK / 2]; };
+
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d; uint16_t dmin; };
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; };
+struct block_q4_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
+struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+#pragma pack(pop)
+
+static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
+              sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34 && sizeof(block_q8_1) == 36 &&
+              sizeof(block_mxfp4) == 17 && sizeof(block_iq4_nl) == 18);
+static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
+              sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292 &&
+              sizeof(block_iq4_xs) == 136);
+
+// E2M1 values doubled (ggml's kvalues_mxfp4) and the IQ4_NL codebook.
+inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+}  // namespace k3

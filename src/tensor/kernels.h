@@ -1,0 +1,41 @@
+// Per-type kernel table (one entry per computable ggml type) with run-time ISA dispatch.
+// Every SIMD kernel has a scalar reference (Isa::Scalar) and tests compare them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/types.h"
+
+namespace k3 {
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+const char* isa_name(Isa isa);
+Isa cpu_best_isa();  // what this CPU supports
+// The ISA in use: the best supported, lowered by the environment variable K3_ISA
+// (scalar|avx2|avx512) or by set_isa(); never above what the CPU supports.
+Isa active_isa();
+void set_isa(Isa isa);
+
+struct QuantKernels {
+  GgmlType vec_dot_type;  // activation partner format (quant-formats.md §10)
+  // Rows of n elements, n a multiple of the block size.
+  void (*to_float)(const void* x, float* y, int64_t n);
+  // Activation quantizer into this type, as llama.cpp's CPU backend does it (SIMD rounding
+  // rules); only set for types that serve as a vec_dot_type (F32, F16, BF16, Q8_0, Q8_1, Q8_K).
+  void (*from_float)(const float* x, void* y, int64_t n);
+  // s = dot(weight row x of this type, activation row y of vec_dot_type), n elements.
+  void (*vec_dot)(int64_t n, float* s, const void* x, const void* y);
+};
+
+// Kernels for the active ISA, or for a given one (falls back to the best available below it).
+const QuantKernels& kernels(GgmlType t);
+const QuantKernels& kernels(GgmlType t, Isa isa);
+
+// Reference quantization, byte-identical to ggml's ggml_quantize_chunk (quant-formats.md §4-§8):
+// nrows rows of n_per_row floats; imatrix (n_per_row weights) may be null. Returns bytes written.
+size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                     const float* imatrix);
+// Whether quantize_rows supports the type (and whether it needs an importance matrix).
+bool can_quantize(GgmlType t);
+
+}  // namespace k3

@@ -1,0 +1,24 @@
+// Matrix-vector and matrix-matrix products over weights of any computable type.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/threadpool.h"
+#include "tensor/types.h"
+
+namespace k3 {
+
+// A 2-D weight in ggml order: ne1 rows (outputs) of ne0 contiguous inputs, rows nb1 bytes apart.
+struct WeightView {
+  GgmlType type;
+  const void* data;
+  int64_t ne0;  // inputs
+  int64_t ne1;  // outputs
+  size_t nb1;   // bytes between rows
+};
+
+// y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tokens. x is [n_tokens][ne0], y is [n_tokens][ne1].
+// The activations are converted to the weight's vec_dot_type first, as llama.cpp does.
+void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+}  // namespace k3
