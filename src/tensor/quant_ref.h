@@ -1,6 +1,7 @@
 // Scalar reference quantizers and dequantizers, one per type, written from quant-formats.md and
 // byte-identical to ggml's. They are the oracle for the SIMD kernels and what files are written with.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "tensor/blocks.h"
@@ -15,5 +16,48 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n);
 // Returns bytes written. Throws k3::Error for a type it cannot produce.
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 bool can_quantize(GgmlType t);
+
+// Per-type dequantizers: n elements, a multiple of the block size (not checked here).
+void dequantize_row_f16(const uint16_t* x, float* y, int64_t n);
+void dequantize_row_bf16(const uint16_t* x, float* y, int64_t n);
+void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n);
+void dequantize_row_q4_1(const block_q4_1* x, float* y, int64_t n);
+void dequantize_row_q5_0(const block_q5_0* x, float* y, int64_t n);
+void dequantize_row_q5_1(const block_q5_1* x, float* y, int64_t n);
+void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
+void dequantize_row_q8_1(const block_q8_1* x, float* y, int64_t n);
+void dequantize_row_q2_K(const block_q2_K* x, float* y, int64_t n);
+void dequantize_row_q3_K(const block_q3_K* x, float* y, int64_t n);
+void dequantize_row_q4_K(const block_q4_K* x, float* y, int64_t n);
+void dequantize_row_q5_K(const block_q5_K* x, float* y, int64_t n);
+void dequantize_row_q6_K(const block_q6_K* x, float* y, int64_t n);
+void dequantize_row_q8_K(const block_q8_K* x, float* y, int64_t n);
+void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
+void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
+void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
+
+// Per-type quantizers of ONE row of n elements (n a multiple of the block size), as
+// ggml_quantize_chunk writes it. qw: the row's importance weights (n floats) or null; types
+// without a weighted path (F16, BF16, Q8_0, MXFP4) take none.
+void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n, const float* qw);
+void quantize_row_q4_1(const float* x, block_q4_1* y, int64_t n, const float* qw);
+void quantize_row_q5_0(const float* x, block_q5_0* y, int64_t n, const float* qw);
+void quantize_row_q5_1(const float* x, block_q5_1* y, int64_t n, const float* qw);
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
+void quantize_row_q2_K(const float* x, block_q2_K* y, int64_t n, const float* qw);
+void quantize_row_q3_K(const float* x, block_q3_K* y, int64_t n, const float* qw);
+void quantize_row_q4_K(const float* x, block_q4_K* y, int64_t n, const float* qw);
+void quantize_row_q5_K(const float* x, block_q5_K* y, int64_t n, const float* qw);
+void quantize_row_q6_K(const float* x, block_q6_K* y, int64_t n, const float* qw);
+void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n);
+void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n, const float* qw);
+void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, int64_t n, const float* qw);
+
+// Activation types, ggml's reference rounding (roundf / nearest_int), not the SIMD one (§4, §10).
+// Q8_K leaves bsums of an all-zero block untouched, as ggml does.
+void quantize_row_q8_1(const float* x, block_q8_1* y, int64_t n);
+void quantize_row_q8_K(const float* x, block_q8_K* y, int64_t n);
 
 }  // namespace k3::ref
