@@ -24,6 +24,11 @@ struct QuantKernels {
   // rules); only set for types that serve as a vec_dot_type (F32, F16, BF16, Q8_0, Q8_1, Q8_K).
   void (*from_float)(const float* x, void* y, int64_t n);
   // s = dot(weight row x of this type, activation row y of vec_dot_type), n elements.
+  // Activation codes must lie in [-127, 127], which is what from_float produces; the SIMD
+  // kernels rely on it (|code| <= 127 keeps the byte-pair products within int16).
+  // Quantized types sum code products per block in integers, then combine them with the float
+  // scales as llama.cpp does (K-quants, IQ4_XS: s += (d_a·d_w)·isum − (d_a·dmin_w)·msum per
+  // super-block, evaluated identically by every ISA, so those dots are bit-identical across ISAs).
   void (*vec_dot)(int64_t n, float* s, const void* x, const void* y);
 };
 

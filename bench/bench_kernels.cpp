@@ -1,0 +1,296 @@
+// Kernel microbenchmarks: vec_dot / to_float / from_float per type and ISA, a memory read
+// bandwidth probe, and matvec over weights larger than L3 reported against that bandwidth.
+//
+//   bench_kernels                                   everything
+//   bench_kernels --benchmark_filter='matvec|membw' the bandwidth acceptance only
+// vec_dot/<type>/ggml-<variant> rows run llama.cpp's own kernel (dlopen) on the same inputs.
+#include <benchmark/benchmark.h>
+#include <emmintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../tests/tensor/ggml_cpu_oracle.h"
+#include "tensor/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/threadpool.h"
+
+namespace k3 {
+namespace {
+
+using T = GgmlType;
+
+const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
+                          T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+constexpr int64_t kRow = 7168;  // K3 hidden size: one row in L1/L2
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (i <= cpu_best_isa()) v.push_back(i);
+  return v;
+}
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+std::vector<uint8_t> quantized(T t, const std::vector<float>& x) {
+  std::vector<uint8_t> b(row_size(t, static_cast<int64_t>(x.size())));
+  quantize_rows(t, x.data(), b.data(), 1, static_cast<int64_t>(x.size()), nullptr);
+  return b;
+}
+
+// Page-aligned buffer on transparent huge pages where the kernel allows it.
+struct BigBuffer {
+  uint8_t* p = nullptr;
+  size_t n = 0;
+  explicit BigBuffer(size_t bytes) : n(bytes) {
+    constexpr size_t kAlign = size_t{2} << 20;
+    p = static_cast<uint8_t*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
+    if (!p) std::abort();
+    madvise(p, bytes, MADV_HUGEPAGE);
+  }
+  ~BigBuffer() { std::free(p); }
+  BigBuffer(const BigBuffer&) = delete;
+  BigBuffer& operator=(const BigBuffer&) = delete;
+};
+
+// ---- per-row kernels ----------------------------------------------------------------------------
+
+void BM_vec_dot(benchmark::State& st, T t, Isa isa) {
+  const QuantKernels& k = kernels(t, isa);
+  const std::vector<uint8_t> w = quantized(t, random_floats(kRow, 1));
+  std::vector<uint8_t> a(row_size(k.vec_dot_type, kRow));
+  const std::vector<float> x = random_floats(kRow, 2);
+  kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), kRow);
+  float s = 0;
+  for (auto _ : st) {
+    k.vec_dot(kRow, &s, w.data(), a.data());
+    benchmark::DoNotOptimize(s);
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
+  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(kRow) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// llama.cpp's kernel on the same inputs (ggml CPU backend via dlopen), for comparison.
+void BM_vec_dot_ggml(benchmark::State& st, T t) {
+  const test::GgmlCpu::Traits* g = test::GgmlCpu::get()->traits(static_cast<uint32_t>(t));
+  const QuantKernels& k = kernels(t, Isa::Scalar);
+  const std::vector<uint8_t> w = quantized(t, random_floats(kRow, 1));
+  std::vector<uint8_t> a(row_size(k.vec_dot_type, kRow));
+  const std::vector<float> x = random_floats(kRow, 2);
+  k3::kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), kRow);
+  float s = 0;
+  for (auto _ : st) {
+    g->vec_dot(static_cast<int>(kRow), &s, 0, w.data(), 0, a.data(), 0, 1);
+    benchmark::DoNotOptimize(s);
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
+  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(kRow) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+void BM_to_float(benchmark::State& st, T t, Isa isa) {
+  const QuantKernels& k = kernels(t, isa);
+  const std::vector<uint8_t> w = quantized(t, random_floats(kRow, 3));
+  std::vector<float> y(kRow);
+  for (auto _ : st) {
+    k.to_float(w.data(), y.data(), kRow);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
+}
+
+void BM_from_float(benchmark::State& st, T t, Isa isa) {
+  const QuantKernels& k = kernels(t, isa);
+  const std::vector<float> x = random_floats(kRow, 4);
+  std::vector<uint8_t> y(row_size(t, kRow));
+  for (auto _ : st) {
+    k.from_float(x.data(), y.data(), kRow);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * kRow * sizeof(float)));
+}
+
+// ---- memory bandwidth -------------------------------------------------------------------------
+
+constexpr size_t kProbeBytes = size_t{1} << 30;
+
+// Sum of 64-bit words over [p, p+n): a read stream with enough independent adds to keep up.
+uint64_t stream_sum(const uint8_t* p, size_t n) {
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm_add_epi64(a0, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i)));
+    a1 = _mm_add_epi64(a1, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16)));
+    a2 = _mm_add_epi64(a2, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 32)));
+    a3 = _mm_add_epi64(a3, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 48)));
+  }
+  const __m128i s = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
+}
+
+const BigBuffer& probe_buffer() {
+  static const BigBuffer* buf = [] {
+    auto* b = new BigBuffer(kProbeBytes);
+    std::memset(b->p, 1, b->n);
+    return b;
+  }();
+  return *buf;
+}
+
+// Seconds for one multi-threaded pass over the probe buffer.
+double probe_pass(ThreadPool& pool) {
+  const BigBuffer& b = probe_buffer();
+  std::vector<uint64_t> sums(pool.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.run([&](int ith, int nth) {
+    const size_t chunk = b.n / nth / 64 * 64;
+    sums[ith] = stream_sum(b.p + chunk * ith, chunk);
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sums.data());
+  return s;
+}
+
+void BM_membw(benchmark::State& st) {
+  const int threads = static_cast<int>(st.range(0));
+  ThreadPool pool(threads);
+  probe_pass(pool);  // warm: pages touched, workers started
+  double total = 0.0, best = 1e30;
+  for (auto _ : st) {
+    const double s = probe_pass(pool);
+    total += s;
+    best = std::min(best, s);
+    st.SetIterationTime(s);
+  }
+  st.counters["GB/s"] = static_cast<double>(kProbeBytes) / best / 1e9;
+  st.counters["GB/s_mean"] = static_cast<double>(kProbeBytes) * static_cast<double>(st.iterations()) / total / 1e9;
+}
+
+// ---- matvec over weights larger than L3 -------------------------------------------------------
+
+constexpr double kMatvecBytes = 1.5e9;
+
+struct BigMatrix {
+  T type;
+  int64_t ne1;
+  std::unique_ptr<BigBuffer> buf;
+};
+
+// One matrix at a time (1.5 GB), rows copied from a few distinct quantized rows.
+const BigMatrix& big_matrix(T t) {
+  static BigMatrix m{T::F32, 0, nullptr};
+  if (m.buf && m.type == t) return m;
+  m.buf.reset();
+  const size_t row = row_size(t, kRow);
+  const int64_t ne1 = static_cast<int64_t>(kMatvecBytes / static_cast<double>(row)) + 1;
+  m = BigMatrix{t, ne1, std::make_unique<BigBuffer>(row * ne1)};
+  std::vector<std::vector<uint8_t>> rows;
+  for (uint32_t s = 0; s < 16; ++s) rows.push_back(quantized(t, random_floats(kRow, 100 + s)));
+  for (int64_t r = 0; r < ne1; ++r) std::memcpy(m.buf->p + r * row, rows[r % rows.size()].data(), row);
+  return m;
+}
+
+// Each iteration times one matvec and, right after it, one pass of the bandwidth probe with the
+// same threads, so both see the same machine load (the host is shared). Reported: the weight
+// bytes rate (best pass and mean), the probe rate, and weight/probe ratios both as best/best and
+// as the median of the per-iteration pairs.
+void BM_matvec(benchmark::State& st, T t, Isa isa) {
+  const int threads = static_cast<int>(st.range(0));
+  const BigMatrix& m = big_matrix(t);
+  const WeightView w{t, m.buf->p, kRow, m.ne1, row_size(t, kRow)};
+  const double bytes = static_cast<double>(w.nb1) * static_cast<double>(m.ne1);
+  const std::vector<float> x = random_floats(kRow, 5);
+  std::vector<float> y(m.ne1);
+  ThreadPool pool(threads);
+  const Isa saved = active_isa();
+  set_isa(isa);
+  matmul(w, x.data(), 1, y.data(), pool);  // warm
+  probe_pass(pool);
+  double total = 0.0, best_w = 1e30, best_p = 1e30;
+  std::vector<double> ratios;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    matmul(w, x.data(), 1, y.data(), pool);
+    const double tw = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    st.SetIterationTime(tw);
+    st.PauseTiming();
+    const double tp = probe_pass(pool);
+    st.ResumeTiming();
+    total += tw;
+    best_w = std::min(best_w, tw);
+    best_p = std::min(best_p, tp);
+    ratios.push_back((bytes / tw) / (static_cast<double>(kProbeBytes) / tp));
+  }
+  set_isa(saved);
+  std::sort(ratios.begin(), ratios.end());
+  st.counters["weight_GB/s"] = bytes / best_w / 1e9;
+  st.counters["weight_GB/s_mean"] = bytes * static_cast<double>(st.iterations()) / total / 1e9;
+  st.counters["membw_GB/s"] = static_cast<double>(kProbeBytes) / best_p / 1e9;
+  st.counters["ratio"] = (bytes / best_w) / (static_cast<double>(kProbeBytes) / best_p);
+  st.counters["ratio_median"] = ratios[ratios.size() / 2];
+}
+
+// Multi-token product (prefill): weights in cache, compute bound.
+void BM_matmul_tokens(benchmark::State& st, T t) {
+  const int64_t ne1 = 2048, n_tokens = 64;
+  const std::vector<float> wf = random_floats(kRow * ne1, 6);
+  std::vector<uint8_t> w(row_size(t, kRow) * ne1);
+  quantize_rows(t, wf.data(), w.data(), ne1, kRow, nullptr);
+  const std::vector<float> x = random_floats(kRow * n_tokens, 7);
+  std::vector<float> y(ne1 * n_tokens);
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  const WeightView wv{t, w.data(), kRow, ne1, row_size(t, kRow)};
+  for (auto _ : st) matmul(wv, x.data(), n_tokens, y.data(), pool);
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRow * ne1 * n_tokens * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+void register_all() {
+  for (T t : kWeightTypes)
+    for (Isa isa : isas()) {
+      const std::string suffix = std::string(type_name(t)) + "/" + isa_name(isa);
+      benchmark::RegisterBenchmark(("vec_dot/" + suffix).c_str(), BM_vec_dot, t, isa);
+      benchmark::RegisterBenchmark(("to_float/" + suffix).c_str(), BM_to_float, t, isa);
+    }
+  if (test::GgmlCpu::get())
+    for (T t : kWeightTypes)
+      benchmark::RegisterBenchmark(("vec_dot/" + std::string(type_name(t)) + "/ggml-" + test::GgmlCpu::get()->variant()).c_str(),
+                                   BM_vec_dot_ggml, t);
+  for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K})
+    for (Isa isa : isas())
+      benchmark::RegisterBenchmark(("from_float/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_from_float, t, isa);
+  benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
+  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4})
+    for (Isa isa : isas()) {
+      if (isa == Isa::Scalar) continue;  // minutes per pass; not a bandwidth candidate
+      benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
+          ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
+    }
+  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4})
+    benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t))).c_str(), BM_matmul_tokens, t)
+        ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+}  // namespace k3
+
+int main(int argc, char** argv) {
+  setenv("K3_SOURCE_DIR", K3_SOURCE_ROOT, 0);  // where the ggml reference library lives
+  k3::register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,407 @@
+// Scalar kernels: the reference every SIMD kernel is tested against, and the fallback.
+// vec_dot decodes each weight block to integer codes and forms the integer sums llama.cpp's
+// integer dot products form (per block, or per sub-block times its integer scale), then combines
+// them with the float scales; from_float reproduces ggml-cpu's activation quantizers.
+#include <cmath>
+#include <cstring>
+
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/kernels_impl.h"
+#include "tensor/quant_ref.h"
+
+namespace k3 {
+namespace {
+
+using T = GgmlType;
+
+float h2f(uint16_t h) { return fp16_to_fp32(h); }
+
+int dot32(const int8_t* a, const int8_t* b, int n) {
+  int s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// ---- to_float -------------------------------------------------------------------------------
+
+template <GgmlType t>
+void to_float_ref(const void* x, float* y, int64_t n) {
+  ref::dequantize_row(t, x, y, n);
+}
+
+void to_float_f32(const void* x, float* y, int64_t n) { std::memcpy(y, x, n * sizeof(float)); }
+// ---- from_float (activation quantizers) ------------------------------------------------------
+
+void from_float_f32(const float* x, void* y, int64_t n) { std::memcpy(y, x, n * sizeof(float)); }
+void from_float_f16(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<uint16_t*>(vy);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+void from_float_bf16(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<uint16_t*>(vy);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+}
+
+// ggml-cpu's SIMD rule: d = amax/127 stored as f16; q = round-half-even(x · (127/amax)).
+// Returns Σq for Q8_1.
+int quantize_block_q8(const float* x, int8_t* qs, float& d) {
+  float amax = 0.0f;
+  for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  for (int j = 0; j < QK; ++j) {
+    qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+    sum += qs[j];
+  }
+  return sum;
+}
+
+void from_float_q8_0(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<block_q8_0*>(vy);
+  for (int64_t i = 0; i < n / QK; ++i) {
+    float d;
+    quantize_block_q8(x + i * QK, y[i].qs, d);
+    y[i].d = fp32_to_fp16(d);
+  }
+}
+
+void from_float_q8_1(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<block_q8_1*>(vy);
+  for (int64_t i = 0; i < n / QK; ++i) {
+    float d;
+    const int sum = quantize_block_q8(x + i * QK, y[i].qs, d);
+    y[i].d = fp32_to_fp16(d);
+    y[i].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
+// quant-formats.md §10; an all-zero block gets zero bsums (ggml leaves them unwritten).
+void from_float_q8_K(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<block_q8_K*>(vy);
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK_K; ++j) {
+      const float ax = std::fabs(x[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[j];
+      }
+    }
+    if (amax == 0.0f) {
+      std::memset(&y[i], 0, sizeof(block_q8_K));
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < QK_K; ++j) {
+      const int v = static_cast<int>(std::nearbyint(iscale * x[j]));
+      y[i].qs[j] = static_cast<int8_t>(v < 127 ? v : 127);
+    }
+    for (int b = 0; b < QK_K / 16; ++b) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += y[i].qs[16 * b + j];
+      y[i].bsums[b] = static_cast<int16_t>(s);
+    }
+    y[i].d = 1.0f / iscale;
+  }
+}
+
+// ---- vec_dot: float types --------------------------------------------------------------------
+
+void vec_dot_f32(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const float*>(vx);
+  const auto* y = static_cast<const float*>(vy);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * y[i];
+  *s = static_cast<float>(sum);
+}
+
+template <float (*conv)(uint16_t)>
+void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const uint16_t*>(vx);
+  const auto* y = static_cast<const uint16_t*>(vy);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(conv(x[i]) * conv(y[i]));
+  *s = static_cast<float>(sum);
+}
+
+// ---- vec_dot: 32-element blocks ---------------------------------------------------------------
+
+// Codes of a 16-byte nibble array: byte j holds element j (low) and j+16 (high).
+void unpack_nibbles(const uint8_t* qs, int8_t* c) {
+  for (int j = 0; j < 16; ++j) {
+    c[j] = static_cast<int8_t>(qs[j] & 15);
+    c[j + 16] = static_cast<int8_t>(qs[j] >> 4);
+  }
+}
+
+void vec_dot_q4_0(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q4_0*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int8_t c[QK];
+    unpack_nibbles(x[i].qs, c);
+    for (int8_t& v : c) v = static_cast<int8_t>(v - 8);
+    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  }
+  *s = sum;
+}
+
+void vec_dot_q4_1(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q4_1*>(vx);
+  const auto* y = static_cast<const block_q8_1*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int8_t c[QK];
+    unpack_nibbles(x[i].qs, c);
+    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d)) +
+           h2f(x[i].m) * h2f(y[i].s);
+  }
+  *s = sum;
+}
+
+void unpack_q5(const uint8_t* qh4, const uint8_t* qs, int8_t* c) {
+  uint32_t qh;
+  std::memcpy(&qh, qh4, 4);
+  unpack_nibbles(qs, c);
+  for (int j = 0; j < QK; ++j) c[j] = static_cast<int8_t>(c[j] | (((qh >> j) & 1) << 4));
+}
+
+void vec_dot_q5_0(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q5_0*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int8_t c[QK];
+    unpack_q5(x[i].qh, x[i].qs, c);
+    for (int8_t& v : c) v = static_cast<int8_t>(v - 16);
+    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  }
+  *s = sum;
+}
+
+void vec_dot_q5_1(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q5_1*>(vx);
+  const auto* y = static_cast<const block_q8_1*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int8_t c[QK];
+    unpack_q5(x[i].qh, x[i].qs, c);
+    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d)) +
+           h2f(x[i].m) * h2f(y[i].s);
+  }
+  *s = sum;
+}
+
+void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q8_0*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i)
+    sum += static_cast<float>(dot32(x[i].qs, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  *s = sum;
+}
+
+void lookup_nibbles(const uint8_t* qs, const int8_t* table, int8_t* c) {
+  for (int j = 0; j < 16; ++j) {
+    c[j] = table[qs[j] & 15];
+    c[j + 16] = table[qs[j] >> 4];
+  }
+}
+
+// Codes are the doubled E2M1 values, so the scale is half of 2^(e-127).
+void vec_dot_mxfp4(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_mxfp4*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int8_t c[QK];
+    lookup_nibbles(x[i].qs, kvalues_mxfp4, c);
+    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (e8m0_to_fp32_half(x[i].e) * h2f(y[i].d));
+  }
+  *s = sum;
+}
+
+void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq4_nl*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int8_t c[QK];
+    lookup_nibbles(x[i].qs, kvalues_iq4nl, c);
+    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  }
+  *s = sum;
+}
+
+// ---- vec_dot: 256-element super-blocks with Q8_K ----------------------------------------------
+
+// Per super-block: isum = Σ_sub scale·Σ code·a, msum = Σ_sub min·bsum (integers);
+// value = (d_a·d_w)·isum − (d_a·dmin_w)·msum.
+float kq_value(float da, float dw, int32_t isum, float dmin, int32_t msum) {
+  return (da * dw) * static_cast<float>(isum) - (da * dmin) * static_cast<float>(msum);
+}
+
+int32_t scaled_sum(const int8_t* c, const int8_t* a, const int* scale, int sub, int nsub) {
+  int32_t isum = 0;
+  for (int j = 0; j < nsub; ++j) isum += scale[j] * dot32(c + sub * j, a + sub * j, sub);
+  return isum;
+}
+
+void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q2_K*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    for (int e = 0; e < QK_K; ++e)
+      c[e] = static_cast<int8_t>((x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+    int sc[16];
+    int32_t msum = 0;
+    for (int b = 0; b < 16; ++b) {
+      sc[b] = x[i].scales[b] & 15;
+      msum += (x[i].scales[b] >> 4) * y[i].bsums[b];
+    }
+    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 16, 16), h2f(x[i].dmin), msum);
+  }
+  *s = sum;
+}
+
+void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q3_K*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    for (int e = 0; e < QK_K; ++e) {
+      const int q2 = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const int hbit = (x[i].hmask[e % 32] >> (e / 32)) & 1;
+      c[e] = static_cast<int8_t>(q2 + 4 * hbit - 4);
+    }
+    int sc[16];
+    for (int b = 0; b < 16; ++b) {
+      const int lo = b < 8 ? x[i].scales[b] & 15 : x[i].scales[b - 8] >> 4;
+      const int hi = (x[i].scales[8 + b % 4] >> (2 * (b / 4))) & 3;
+      sc[b] = (lo | hi << 4) - 32;
+    }
+    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 16, 16), 0.0f, 0);
+  }
+  *s = sum;
+}
+
+void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = scales[j] & 63;
+    m = scales[j + 4] & 63;
+  } else {
+    sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+    m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+// Q4_K and Q5_K share the scale layout: 8 sub-blocks of 32, mins against pairs of bsums.
+template <bool kFive, typename Block>
+void vec_dot_q45_K(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const Block*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    for (int p = 0; p < 4; ++p)
+      for (int l = 0; l < 32; ++l) {
+        int lo = x[i].qs[32 * p + l] & 15, hi = x[i].qs[32 * p + l] >> 4;
+        if constexpr (kFive) {
+          lo |= ((x[i].qh[l] >> (2 * p)) & 1) << 4;
+          hi |= ((x[i].qh[l] >> (2 * p + 1)) & 1) << 4;
+        }
+        c[64 * p + l] = static_cast<int8_t>(lo);
+        c[64 * p + 32 + l] = static_cast<int8_t>(hi);
+      }
+    int sc[8];
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int m;
+      q4k_scale_min(x[i].scales, j, sc[j], m);
+      msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+    }
+    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 32, 8), h2f(x[i].dmin), msum);
+  }
+  *s = sum;
+}
+
+void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q6_K*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    for (int e = 0; e < QK_K; ++e) {
+      const int half = e / 128, g = (e % 128) / 32, l = e % 32;
+      const uint8_t lb = x[i].ql[64 * half + l + 32 * (g & 1)];
+      const int low = g < 2 ? lb & 15 : lb >> 4;
+      const int high = (x[i].qh[32 * half + l] >> (2 * g)) & 3;
+      c[e] = static_cast<int8_t>((low | high << 4) - 32);
+    }
+    int sc[16];
+    for (int b = 0; b < 16; ++b) sc[b] = x[i].scales[b];
+    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 16, 16), 0.0f, 0);
+  }
+  *s = sum;
+}
+
+void vec_dot_iq4_xs(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq4_xs*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    int sc[8];
+    for (int b = 0; b < 8; ++b) {
+      lookup_nibbles(x[i].qs + 16 * b, kvalues_iq4nl, c + 32 * b);
+      const int ls = ((x[i].scales_l[b / 2] >> (4 * (b % 2))) & 15) | (((x[i].scales_h >> (2 * b)) & 3) << 4);
+      sc[b] = ls - 32;
+    }
+    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 32, 8), 0.0f, 0);
+  }
+  *s = sum;
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_scalar_kernels(KernelTable& t) {
+  auto set = [&](T type, T vdt, void (*to)(const void*, float*, int64_t),
+                 void (*dot)(int64_t, float*, const void*, const void*)) {
+    t[static_cast<int>(type)] = QuantKernels{vdt, to, nullptr, dot};
+  };
+  set(T::F32, T::F32, to_float_f32, vec_dot_f32);
+  set(T::F16, T::F16, to_float_ref<T::F16>, vec_dot_half<fp16_to_fp32>);
+  set(T::BF16, T::BF16, to_float_ref<T::BF16>, vec_dot_half<bf16_to_fp32>);
+  set(T::Q4_0, T::Q8_0, to_float_ref<T::Q4_0>, vec_dot_q4_0);
+  set(T::Q4_1, T::Q8_1, to_float_ref<T::Q4_1>, vec_dot_q4_1);
+  set(T::Q5_0, T::Q8_0, to_float_ref<T::Q5_0>, vec_dot_q5_0);
+  set(T::Q5_1, T::Q8_1, to_float_ref<T::Q5_1>, vec_dot_q5_1);
+  set(T::Q8_0, T::Q8_0, to_float_ref<T::Q8_0>, vec_dot_q8_0);
+  set(T::Q8_1, T::Q8_1, to_float_ref<T::Q8_1>, nullptr);
+  set(T::Q2_K, T::Q8_K, to_float_ref<T::Q2_K>, vec_dot_q2_K);
+  set(T::Q3_K, T::Q8_K, to_float_ref<T::Q3_K>, vec_dot_q3_K);
+  set(T::Q4_K, T::Q8_K, to_float_ref<T::Q4_K>, vec_dot_q45_K<false, block_q4_K>);
+  set(T::Q5_K, T::Q8_K, to_float_ref<T::Q5_K>, vec_dot_q45_K<true, block_q5_K>);
+  set(T::Q6_K, T::Q8_K, to_float_ref<T::Q6_K>, vec_dot_q6_K);
+  set(T::Q8_K, T::Q8_K, to_float_ref<T::Q8_K>, nullptr);
+  set(T::MXFP4, T::Q8_0, to_float_ref<T::MXFP4>, vec_dot_mxfp4);
+  set(T::IQ4_NL, T::Q8_0, to_float_ref<T::IQ4_NL>, vec_dot_iq4_nl);
+  set(T::IQ4_XS, T::Q8_K, to_float_ref<T::IQ4_XS>, vec_dot_iq4_xs);
+  t[static_cast<int>(T::F32)].from_float = from_float_f32;
+  t[static_cast<int>(T::F16)].from_float = from_float_f16;
+  t[static_cast<int>(T::BF16)].from_float = from_float_bf16;
+  t[static_cast<int>(T::Q8_0)].from_float = from_float_q8_0;
+  t[static_cast<int>(T::Q8_1)].from_float = from_float_q8_1;
+  t[static_cast<int>(T::Q8_K)].from_float = from_float_q8_K;
+}
+
+}  // namespace detail
+}  // namespace k3

@@ -1,0 +1,126 @@
+// Run-time ISA selection and the per-ISA kernel tables.
+#include "tensor/kernels.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "common/error.h"
+#include "tensor/kernels_impl.h"
+#include "tensor/quant_ref.h"
+
+namespace k3 {
+
+namespace {
+
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+bool bit(uint32_t r, int b) { return (r >> b) & 1; }
+
+// The AVX2 files are compiled with AVX2+FMA+F16C+BMI2, the AVX-512 files additionally with
+// AVX-512 F/BW/DQ/VL/VNNI/BF16; each level needs all of them and the OS saving the registers.
+Isa detect_isa() {
+  uint32_t a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return Isa::Scalar;
+  const bool osxsave = bit(c, 27), avx = bit(c, 28), fma = bit(c, 12), f16c = bit(c, 29);
+  if (!osxsave || !avx) return Isa::Scalar;
+  const uint64_t xcr0 = xgetbv0();
+  if ((xcr0 & 0x6) != 0x6) return Isa::Scalar;  // XMM and YMM state
+  uint32_t b7 = 0, c7 = 0, d7 = 0, a71 = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b7, &c7, &d7)) return Isa::Scalar;
+  uint32_t unused;
+  if (a >= 1) __get_cpuid_count(7, 1, &a71, &unused, &unused, &unused);
+  const bool avx2 = bit(b7, 5), bmi2 = bit(b7, 8);
+  if (!(avx2 && fma && f16c && bmi2)) return Isa::Scalar;
+  const bool zmm_state = (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM0-15 upper halves, ZMM16-31
+  const bool avx512 = bit(b7, 16) && bit(b7, 17) && bit(b7, 30) && bit(b7, 31) &&  // F DQ BW VL
+                      bit(c7, 11) && bit(a71, 5);                                   // VNNI BF16
+  return zmm_state && avx512 ? Isa::Avx512 : Isa::Avx2;
+}
+
+Isa parse_isa_env(Isa best) {
+  const char* v = std::getenv("K3_ISA");
+  if (!v || !*v) return best;
+  Isa want;
+  if (!std::strcmp(v, "scalar")) want = Isa::Scalar;
+  else if (!std::strcmp(v, "avx2")) want = Isa::Avx2;
+  else if (!std::strcmp(v, "avx512")) want = Isa::Avx512;
+  else fail("K3_ISA=%s: expected scalar, avx2 or avx512", v);
+  return want < best ? want : best;
+}
+
+struct Tables {
+  detail::KernelTable t[3];
+  Tables() {
+    std::memset(static_cast<void*>(t), 0, sizeof(t));
+    detail::register_scalar_kernels(t[0]);
+    std::memcpy(static_cast<void*>(t[1]), t[0], sizeof(t[0]));
+    detail::register_avx2_kernels(t[1]);
+    std::memcpy(static_cast<void*>(t[2]), t[1], sizeof(t[1]));
+    detail::register_avx512_kernels(t[2]);
+  }
+};
+
+const Tables& tables() {
+  static const Tables tab;
+  return tab;
+}
+
+std::atomic<int> g_active{-1};
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa cpu_best_isa() {
+  static const Isa best = detect_isa();
+  return best;
+}
+
+Isa active_isa() {
+  int a = g_active.load(std::memory_order_relaxed);
+  if (a < 0) {
+    a = static_cast<int>(parse_isa_env(cpu_best_isa()));
+    g_active.store(a, std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(a);
+}
+
+void set_isa(Isa isa) {
+  const Isa best = cpu_best_isa();
+  g_active.store(static_cast<int>(isa < best ? isa : best), std::memory_order_relaxed);
+}
+
+const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
+
+const QuantKernels& kernels(GgmlType t, Isa isa) {
+  const uint32_t id = static_cast<uint32_t>(t);
+  const TypeInfo* ti = type_info(id);
+  if (!ti || !ti->computable || id >= static_cast<uint32_t>(detail::kTypeSlots))
+    fail("no kernels for ggml type %u (%s)", id, ti ? ti->name : "unknown");
+  const Isa best = cpu_best_isa();
+  return tables().t[static_cast<int>(isa < best ? isa : best)][id];
+}
+
+size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                     const float* imatrix) {
+  return ref::quantize_rows(t, src, dst, nrows, n_per_row, imatrix);
+}
+
+bool can_quantize(GgmlType t) { return ref::can_quantize(t); }
+
+}  // namespace k3

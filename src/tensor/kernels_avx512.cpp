@@ -1,0 +1,276 @@
+// AVX-512 (F/BW/DQ/VL/VNNI/BF16) kernels. Every type first gets the 256-bit kernels compiled
+// with the AVX-512 VL forms (VNNI dpbusd/dpwssd); the dots that dominate K3 matvecs (Q8_0, Q4_0,
+// IQ4_NL, MXFP4, Q4_K), the float dots (BF16 with dpbf16ps) and the Q8_0/Q8_K/F16 activation
+// quantizers then get full 512-bit versions.
+// Only file-local code here (kernels_impl.h explains why).
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*; GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "tensor/blocks.h"
+#include "tensor/kernels_impl.h"
+
+namespace k3 {
+namespace {
+
+#define K3_AVX512 1
+#include "tensor/simd256_dot.inc"
+#include "tensor/simd256_convert.inc"
+#undef K3_AVX512
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m512i pair256(const void* lo, const void* hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
+}
+inline float hsum512(__m512 v) {
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// ---- float types ------------------------------------------------------------------------------
+
+inline __m512 load16_f32(const void* p, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(p) + i); }
+inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(p) + i)); }
+
+template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t)>
+void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_fmadd_ps(load16(x, i), load16(y, i), acc0);
+    acc1 = _mm512_fmadd_ps(load16(x, i + 16), load16(y, i + 16), acc1);
+    acc2 = _mm512_fmadd_ps(load16(x, i + 32), load16(y, i + 32), acc2);
+    acc3 = _mm512_fmadd_ps(load16(x, i + 48), load16(y, i + 48), acc3);
+  }
+  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load16(x, i), load16(y, i), acc0);
+  float sum = hsum512(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += at(x, i) * at(y, i);
+  *s = sum;
+}
+
+// dpbf16ps multiplies bf16 pairs exactly and accumulates in f32; like ggml on this CPU class it
+// treats subnormal bf16 inputs as zero.
+void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const uint16_t*>(vx);
+  const auto* y = static_cast<const uint16_t*>(vy);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
+    acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)load512(x + i + 32), (__m512bh)load512(y + i + 32));
+  }
+  for (; i + 32 <= n; i += 32) acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
+  float sum = hsum512(_mm512_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += bf16_at(x, i) * bf16_at(y, i);
+  *s = sum;
+}
+
+// ---- 32-element blocks: sixteen per step, two per 512-bit register -----------------------------
+
+// A field of 16 consecutive blocks `stride` bytes apart: gathered as dwords (the bytes after the
+// field still lie inside its block), the field in the low bits.
+inline __m512i gather16(const void* p, int stride) {
+  const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(stride));
+  return _mm512_i32gather_epi32(off, p, 1);
+}
+inline __m512 f16x16(const void* p, int stride) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather16(p, stride))); }
+// e8m0_half of 16 MXFP4 blocks.
+inline __m512 e8m0_half_x16(const block_mxfp4* x) {
+  const __m512i e = _mm512_and_si512(gather16(&x->e, sizeof(block_mxfp4)), _mm512_set1_epi32(0xFF));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
+}
+
+// Σ over groups of 16 blocks: scales16(b) gives their 16 combined scales, isum2(b) the int32 lanes
+// of blocks b and b+1 (as floats); the 256-bit kernel takes the remaining blocks.
+template <class Block, class Scales, class Isum2>
+float sum_groups16(int64_t nb, const Block* x, const block_q8_0* y,
+                   void (*dot256)(int64_t, float*, const void*, const void*), Scales&& scales16, Isum2&& isum2) {
+  const __m512i idx0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 15 < nb; i += 16) {
+    const __m512 sc = scales16(i);
+    __m512i idx = idx0;  // [s_2k x8 | s_2k+1 x8] for the pair k
+    for (int k = 0; k < 16; k += 4) {
+      acc0 = _mm512_fmadd_ps(isum2(i + k), _mm512_permutexvar_ps(idx, sc), acc0);
+      idx = _mm512_add_epi32(idx, two);
+      acc1 = _mm512_fmadd_ps(isum2(i + k + 2), _mm512_permutexvar_ps(idx, sc), acc1);
+      idx = _mm512_add_epi32(idx, two);
+    }
+  }
+  float sum = hsum512(_mm512_add_ps(acc0, acc1));
+  if (i < nb) {
+    float rest;
+    dot256((nb - i) * QK, &rest, x + i, y + i);
+    sum += rest;
+  }
+  return sum;
+}
+
+// Q8_0: Σ w·a = Σ (w+128)·a − 128·Σ a, so dpbusd takes the weight unsigned; exact for all codes.
+void vec_dot_q8_0_512(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q8_0*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80)), zero = _mm512_setzero_si512();
+  auto isum2 = [&](int64_t b) {
+    const __m512i w = _mm512_xor_si512(pair256(x[b].qs, x[b + 1].qs), bias);
+    const __m512i a = pair256(y[b].qs, y[b + 1].qs);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, a), _mm512_dpbusd_epi32(zero, bias, a)));
+  };
+  auto scales16 = [&](int64_t b) { return _mm512_mul_ps(f16x16(&x[b].d, sizeof(block_q8_0)), f16x16(&y[b].d, sizeof(block_q8_0))); };
+  *s = sum_groups16(n / QK, x, y, vec_dot_q8_0, scales16, isum2);
+}
+
+// Nibble-coded 32-blocks (Q4_0, IQ4_NL, MXFP4): the table holds value + 128 so that dpbusd can
+// take it unsigned; 128·Σa is subtracted again (exact for every activation code).
+struct Q40Traits {
+  using Block = block_q4_0;
+  static constexpr uint8_t kBiased[16] = {120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135};
+  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
+  static constexpr auto dot256 = vec_dot_q4_0;
+};
+struct Iq4nlTraits {
+  using Block = block_iq4_nl;
+  static constexpr uint8_t kBiased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
+  static constexpr auto dot256 = vec_dot_iq4_nl;
+};
+struct Mxfp4Traits {
+  using Block = block_mxfp4;
+  static constexpr uint8_t kBiased[16] = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
+  static __m512 scales(const Block* x) { return e8m0_half_x16(x); }
+  static constexpr auto dot256 = vec_dot_mxfp4;
+};
+
+template <class Tr>
+void vec_dot_nibble512(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const typename Tr::Block*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  const __m512i tbl = _mm512_broadcast_i32x4(load128(Tr::kBiased));
+  const __m512i m4 = _mm512_set1_epi8(15), bias = _mm512_set1_epi8(static_cast<char>(0x80)), zero = _mm512_setzero_si512();
+  auto isum2 = [&](int64_t b) {
+    // 128-bit lanes [qs0, qs0 >> 4, qs1, qs1 >> 4]: the codes of two blocks in element order
+    __m512i q = _mm512_broadcast_i32x4(load128(x[b].qs));
+    q = _mm512_mask_broadcast_i32x4(q, 0xFF00, load128(x[b + 1].qs));
+    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFF00FF00u, q, 4), m4);
+    const __m512i a = pair256(y[b].qs, y[b + 1].qs);
+    const __m512i p = _mm512_dpbusd_epi32(zero, _mm512_shuffle_epi8(tbl, q), a);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(p, _mm512_dpbusd_epi32(zero, bias, a)));
+  };
+  auto scales16 = [&](int64_t b) { return _mm512_mul_ps(Tr::scales(x + b), f16x16(&y[b].d, sizeof(block_q8_0))); };
+  *s = sum_groups16(n / QK, x, y, Tr::dot256, scales16, isum2);
+}
+
+// ---- Q4_K -------------------------------------------------------------------------------------
+
+// 128 elements per step: one 64-byte load holds the codes of sub-blocks 4h..4h+3; its low
+// nibbles (sub-blocks 4h, 4h+2) and high nibbles (4h+1, 4h+3) meet the matching activation halves.
+void vec_dot_q4_K_512(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q4_K*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  const __m512i m4 = _mm512_set1_epi8(15);
+  // int16 scale selectors: 128-bit lanes 0-1 take scale word j, lanes 2-3 word j+2 (j = 0 or 1)
+  const __m512i sel_lo = _mm512_set_epi32(0x05040504, 0x05040504, 0x05040504, 0x05040504, 0x05040504, 0x05040504, 0x05040504, 0x05040504,
+                                          0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x01000100);
+  const __m512i sel_hi = _mm512_add_epi8(sel_lo, _mm512_set1_epi8(2));
+  const __m512i step = _mm512_set1_epi8(8);  // four scale words further for h = 1
+  KqSum ks;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const __m128i sm = q4k_scales(x[i].scales);
+    const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+    __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+    __m512i slo = sel_lo, shi = sel_hi;
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = load512(x[i].qs + 64 * h);
+      const int8_t* a = y[i].qs + 128 * h;
+      const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(lo, pair256(a, a + 64)), _mm512_shuffle_epi8(sc16, slo));
+      acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(hi, pair256(a + 32, a + 96)), _mm512_shuffle_epi8(sc16, shi));
+      slo = _mm512_add_epi8(slo, step);
+      shi = _mm512_add_epi8(shi, step);
+    }
+    const __m512i acc = _mm512_add_epi32(acc0, acc1);
+    const __m256i acc8 = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    ks.add(acc8, q4k_mins(sm, y[i].bsums), y[i].d, h2f(x[i].d), h2f(x[i].dmin));
+  }
+  *s = ks.finish();
+}
+
+// ---- activation quantizers --------------------------------------------------------------------
+
+// 16 floats times scale, rounded half to even and saturated to int8.
+inline __m512i round16(const float* x, __m512 scale) {
+  return _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), scale));
+}
+
+void from_float_q8_0_512(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<block_q8_0*>(vy);
+  for (int64_t i = 0; i < n / QK; ++i, x += QK) {
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x)), _mm512_abs_ps(_mm512_loadu_ps(x + 16))));
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs), _mm512_cvtsepi32_epi8(round16(x, id)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16), _mm512_cvtsepi32_epi8(round16(x + 16, id)));
+    y[i].d = f2h(d);
+  }
+}
+
+void from_float_q8_K_512(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<block_q8_K*>(vy);
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    __m512 m = _mm512_setzero_ps();
+    for (int g = 0; g < 16; ++g) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * g)));
+    const float amax = _mm512_reduce_max_ps(m);
+    if (amax == 0.0f) {
+      std::memset(&y[i], 0, sizeof(block_q8_K));
+      continue;
+    }
+    const float iscale = -127.0f / first_with_abs(x, amax);
+    const __m512 sv = _mm512_set1_ps(iscale);
+    for (int g = 0; g < 16; ++g) {
+      const __m512i q = _mm512_min_epi32(round16(x + 16 * g, sv), _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16 * g), _mm512_cvtsepi32_epi8(q));
+      y[i].bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[i].d = 1.0f / iscale;
+  }
+}
+
+void from_float_f16_512(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<uint16_t*>(vy);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) y[i] = f2h(x[i]);
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_avx512_kernels(KernelTable& t) {
+  fill_simd256(t);
+  using T = GgmlType;
+  auto dot = [&](T type) -> auto& { return t[static_cast<int>(type)].vec_dot; };
+  dot(T::F32) = vec_dot_float512<load16_f32, f32_at>;
+  dot(T::F16) = vec_dot_float512<load16_f16, f16_at>;
+  dot(T::BF16) = vec_dot_bf16_512;
+  dot(T::Q8_0) = vec_dot_q8_0_512;
+  dot(T::Q4_0) = vec_dot_nibble512<Q40Traits>;
+  dot(T::IQ4_NL) = vec_dot_nibble512<Iq4nlTraits>;
+  dot(T::MXFP4) = vec_dot_nibble512<Mxfp4Traits>;
+  dot(T::Q4_K) = vec_dot_q4_K_512;
+  t[static_cast<int>(T::Q8_0)].from_float = from_float_q8_0_512;
+  t[static_cast<int>(T::Q8_K)].from_float = from_float_q8_K_512;
+  t[static_cast<int>(T::F16)].from_float = from_float_f16_512;
+}
+
+}  // namespace detail
+}  // namespace k3

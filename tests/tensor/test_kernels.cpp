@@ -1,0 +1,402 @@
+// Kernel table tests: the scalar kernels against ggml's CPU backend (dlopen), and every SIMD
+// kernel of every ISA this CPU has against the scalar one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/error.h"
+#include "ggml_cpu_oracle.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/kernels.h"
+
+namespace k3 {
+namespace {
+
+using T = GgmlType;
+using Bytes = std::vector<uint8_t>;
+
+const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
+                          T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+const T kActTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K};
+
+// Quantized dots that every ISA evaluates in the same float order (one value per super-block).
+bool order_exact(T t) {
+  return t == T::Q2_K || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K || t == T::IQ4_XS;
+}
+bool is_float(T t) { return t == T::F32 || t == T::F16 || t == T::BF16; }
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::Avx2, Isa::Avx512})
+    if (i <= cpu_best_isa()) v.push_back(i);
+  return v;
+}
+
+int64_t blk(T t) { return type_info(t).block; }
+uint16_t h16(float f) { return fp32_to_fp16(f); }
+
+// Offsets of the f16 scale fields in a weight block (the first is the multiplicative scale).
+std::vector<int> f16_fields(T t) {
+  switch (t) {
+    case T::Q4_0: case T::Q5_0: case T::Q8_0: case T::IQ4_NL: case T::IQ4_XS: return {0};
+    case T::Q4_1: case T::Q5_1: case T::Q4_K: case T::Q5_K: return {0, 2};
+    case T::Q2_K: return {80, 82};
+    case T::Q3_K: return {108};
+    case T::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// How weights and activations are drawn.
+// Random: uniform code bytes, random finite scales (float order matters: compare with tolerance).
+// Pow2: every scale is ±2^e for one e per row (offsets of Q4_1/Q5_1 too), float values are small
+//   integers times 2^e, so every partial sum is exact and any summation order gives the same bits.
+// Extreme: code bytes drawn from the extreme patterns, scales from max/min-subnormal/±0.
+enum class Mode { Random, Pow2, Extreme };
+
+struct Gen {
+  std::mt19937_64 rng;
+  explicit Gen(uint64_t seed) : rng(seed) {}
+  int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+  float normal() { return std::normal_distribution<float>(0.0f, 1.0f)(rng); }
+  float sign() { return uni(0, 1) ? 1.0f : -1.0f; }
+
+  uint8_t code_byte(Mode m) {
+    static const uint8_t kExtreme[] = {0x00, 0xFF, 0x0F, 0xF0, 0x80, 0x7F, 0x88, 0x77, 0x08, 0x81};
+    return m == Mode::Extreme ? kExtreme[uni(0, 9)] : static_cast<uint8_t>(uni(0, 255));
+  }
+
+  // n elements of weight type t. e2: the row's exponent for Pow2.
+  Bytes weights(T t, int64_t n, Mode m, int e2) {
+    Bytes b(row_size(t, n));
+    if (is_float(t)) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = m == Mode::Random ? normal() * std::ldexp(1.0f, uni(-6, 6))
+                        : m == Mode::Pow2 ? std::ldexp(static_cast<float>(uni(-16, 16)), e2)
+                                          : sign() * (uni(0, 1) ? 0.0f : std::ldexp(1.0f, uni(-10, 10)));
+        store_float(t, b.data(), i, v);
+      }
+      return b;
+    }
+    for (uint8_t& v : b) v = code_byte(m);
+    const size_t bb = type_info(t).block_bytes;
+    for (size_t off = 0; off < b.size(); off += bb) {
+      uint8_t* p = b.data() + off;
+      if (t == T::MXFP4) {
+        p[0] = static_cast<uint8_t>(m == Mode::Random ? uni(110, 135) : m == Mode::Pow2 ? e2 + 127 : uni(1, 200));
+        continue;
+      }
+      const std::vector<int> f = f16_fields(t);
+      for (size_t k = 0; k < f.size(); ++k) put16(p + f[k], scale16(m, e2, k > 0 && (t == T::Q4_1 || t == T::Q5_1)));
+    }
+    return b;
+  }
+
+  uint16_t scale16(Mode m, int e2, bool offset) {
+    if (m == Mode::Random) return h16(normal() * std::ldexp(1.0f, uni(-12, 0)));
+    if (m == Mode::Pow2) return h16(sign() * std::ldexp(offset ? static_cast<float>(uni(0, 15)) : 1.0f, e2));
+    static const uint16_t kExtreme[] = {0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x0000, 0x8000, 0x0400, 0x3C00};
+    return kExtreme[uni(0, 7)];
+  }
+
+  static void store_float(T t, uint8_t* b, int64_t i, float v) {
+    if (t == T::F32) std::memcpy(b + 4 * i, &v, 4);
+    else put16(b + 2 * i, t == T::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v));
+  }
+
+  // Activation row of type t (a vec_dot_type). Random: scalar from_float of random floats.
+  // Pow2/Extreme: codes in [-127, 127] with the scale 2^e2 (the activation contract).
+  Bytes acts(T t, int64_t n, Mode m, int e2) {
+    if (m == Mode::Random || is_float(t)) {
+      if (is_float(t) && m != Mode::Random) return weights(t, n, m, e2);
+      std::vector<float> x(n);
+      for (float& v : x) v = normal() * (uni(0, 9) ? 1.0f : 8.0f);
+      Bytes b(row_size(t, n));
+      kernels(t, Isa::Scalar).from_float(x.data(), b.data(), n);
+      return b;
+    }
+    Bytes b(row_size(t, n));
+    auto code = [&] { return static_cast<int8_t>(m == Mode::Extreme ? (uni(0, 3) ? uni(0, 1) * 254 - 127 : uni(-1, 1)) : uni(-127, 127)); };
+    const float d = std::ldexp(1.0f, e2);
+    if (t == T::Q8_K) {
+      auto* y = reinterpret_cast<block_q8_K*>(b.data());
+      for (int64_t i = 0; i < n / QK_K; ++i) {
+        y[i].d = sign() * d;
+        for (int8_t& q : y[i].qs) q = code();
+        for (int s = 0; s < 16; ++s) {
+          int sum = 0;
+          for (int j = 0; j < 16; ++j) sum += y[i].qs[16 * s + j];
+          y[i].bsums[s] = static_cast<int16_t>(sum);
+        }
+      }
+    } else {
+      const size_t bb = type_info(t).block_bytes;
+      for (size_t off = 0; off < b.size(); off += bb) {
+        uint8_t* p = b.data() + off;
+        const int hdr = t == T::Q8_1 ? 4 : 2;
+        int sum = 0;
+        for (int j = 0; j < QK; ++j) {
+          const int8_t q = code();
+          sum += q;
+          p[hdr + j] = static_cast<uint8_t>(q);
+        }
+        const float dd = sign() * d;
+        put16(p, h16(dd));
+        if (t == T::Q8_1) put16(p + 2, h16(dd * static_cast<float>(sum)));
+      }
+    }
+    return b;
+  }
+};
+
+std::vector<float> to_float(T t, const Bytes& b, int64_t n) {
+  std::vector<float> y(n);
+  kernels(t, Isa::Scalar).to_float(b.data(), y.data(), n);
+  return y;
+}
+
+// Σ|w_i·a_i| over the dequantized rows: the scale of the dot's rounding error.
+double abs_terms(T wt, const Bytes& w, T at, const Bytes& a, int64_t n) {
+  const std::vector<float> x = to_float(wt, w, n), y = to_float(at, a, n);
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(x[i]) * y[i]);
+  return s;
+}
+
+float dot(T t, Isa isa, const Bytes& w, const Bytes& a, int64_t n) {
+  float s = NAN;
+  kernels(t, isa).vec_dot(n, &s, w.data(), a.data());
+  return s;
+}
+
+// Counts per test of the block (or element) counts exercised.
+std::vector<int64_t> row_lengths(T t) {
+  if (is_float(t)) return {1, 3, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 257, 1000, 7168, 28672};
+  return {blk(t), 3 * blk(t), 7 * blk(t), 8 * blk(t), 112 * blk(t)};
+}
+
+// ---- dispatch ----------------------------------------------------------------------------------
+
+TEST(Kernels, TableAndVecDotTypes) {
+  const std::pair<T, T> expect[] = {
+      {T::F32, T::F32},   {T::F16, T::F16},   {T::BF16, T::BF16}, {T::Q4_0, T::Q8_0},   {T::Q4_1, T::Q8_1},
+      {T::Q5_0, T::Q8_0}, {T::Q5_1, T::Q8_1}, {T::Q8_0, T::Q8_0}, {T::Q2_K, T::Q8_K},   {T::Q3_K, T::Q8_K},
+      {T::Q4_K, T::Q8_K}, {T::Q5_K, T::Q8_K}, {T::Q6_K, T::Q8_K}, {T::MXFP4, T::Q8_0},  {T::IQ4_NL, T::Q8_0},
+      {T::IQ4_XS, T::Q8_K}};
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    for (auto [t, vdt] : expect) {
+      const QuantKernels& k = kernels(t, isa);
+      EXPECT_EQ(k.vec_dot_type, vdt) << type_name(t);
+      EXPECT_TRUE(k.to_float && k.vec_dot) << type_name(t);
+    }
+    for (T t : kActTypes) EXPECT_TRUE(kernels(t, isa).from_float && kernels(t, isa).to_float) << type_name(t);
+  }
+  EXPECT_THROW(kernels(T::IQ2_XXS), Error);
+  if (const test::GgmlCpu* g = test::GgmlCpu::get()) {
+    for (auto [t, vdt] : expect) EXPECT_EQ(g->traits(static_cast<uint32_t>(t))->vec_dot_type, static_cast<int>(vdt));
+  }
+}
+
+TEST(Kernels, IsaSelection) {
+  const Isa best = cpu_best_isa();
+  std::printf("cpu_best_isa = %s, active = %s\n", isa_name(best), isa_name(active_isa()));
+  const Isa saved = active_isa();
+  set_isa(Isa::Scalar);
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+  EXPECT_EQ(&kernels(T::Q4_K), &kernels(T::Q4_K, Isa::Scalar));
+  set_isa(Isa::Avx512);
+  EXPECT_EQ(active_isa(), best);  // never above what the CPU supports
+  set_isa(saved);
+}
+
+// ---- scalar kernels against ggml ---------------------------------------------------------------
+
+TEST(KernelsVsGgml, FromFloat) {
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  if (!g) GTEST_SKIP() << "ggml CPU backend not found";
+  Gen gen(1);
+  for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K}) {
+    for (int rep = 0; rep < 40; ++rep) {
+      const int64_t n = QK_K * (1 + rep % 7);
+      std::vector<float> x(n);
+      const float scale = std::ldexp(1.0f, gen.uni(-30, 30));
+      for (float& v : x) v = gen.normal() * scale;
+      if (rep % 4 == 1)  // exact rounding ties: amax 127 makes 127/amax exactly 1
+        for (int64_t i = 0; i < n; ++i) x[i] = i % 32 == 0 ? 127.0f : static_cast<float>(gen.uni(-126, 126)) + 0.5f;
+      if (rep % 4 == 2)  // subnormal and huge magnitudes, signed zeros
+        for (float& v : x) v = gen.uni(0, 3) == 0 ? gen.sign() * 0.0f : bits_f32(gen.uni(1, 0x7FFFFF)) * (gen.uni(0, 1) ? 1.0f : 1e30f);
+      Bytes mine(row_size(t, n)), theirs(row_size(t, n));
+      kernels(t, Isa::Scalar).from_float(x.data(), mine.data(), n);
+      g->traits(static_cast<uint32_t>(t))->from_float(x.data(), theirs.data(), n);
+      ASSERT_EQ(mine, theirs) << type_name(t) << " rep " << rep;
+    }
+  }
+}
+
+TEST(KernelsVsGgml, VecDot) {
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  if (!g) GTEST_SKIP() << "ggml CPU backend not found";
+  std::printf("ggml variant: %s\n", g->variant().c_str());
+  Gen gen(2);
+  for (T t : kWeightTypes) {
+    const T at = kernels(t, Isa::Scalar).vec_dot_type;
+    double worst = 0.0;
+    for (int64_t n : row_lengths(t)) {
+      if (n % blk(at)) continue;
+      for (Mode m : {Mode::Random, Mode::Pow2}) {
+        const int e2 = gen.uni(-8, 2);
+        const Bytes w = gen.weights(t, n, m, e2), a = gen.acts(at, n, m, e2);
+        const float mine = dot(t, Isa::Scalar, w, a, n);
+        float theirs = NAN;
+        g->traits(static_cast<uint32_t>(t))->vec_dot(static_cast<int>(n), &theirs, 0, w.data(), 0, a.data(), 0, 1);
+        const double scale = abs_terms(t, w, at, a, n);
+        const double err = std::fabs(static_cast<double>(mine) - theirs);
+        worst = std::max(worst, scale > 0 ? err / scale : err);
+        EXPECT_LE(err, 1e-6 * scale) << type_name(t) << " n=" << n << " mode " << int(m) << ": " << mine << " vs " << theirs;
+      }
+    }
+    std::printf("%-7s worst |k3 - ggml| / sum|terms| = %.2e\n", type_name(t), worst);
+  }
+}
+
+// ---- SIMD against scalar -----------------------------------------------------------------------
+
+TEST(KernelsSimd, FromFloatExact) {
+  Gen gen(3);
+  for (Isa isa : simd_isas()) {
+    for (T t : kActTypes) {
+      for (int rep = 0; rep < 60; ++rep) {
+        const int64_t n = t == T::F16 || t == T::BF16 || t == T::F32 ? 1 + gen.uni(0, 600) : QK_K * (1 + rep % 5);
+        std::vector<float> x(n);
+        const float scale = std::ldexp(1.0f, gen.uni(-40, 40));
+        for (float& v : x) v = gen.normal() * scale;
+        if (rep % 5 == 1)
+          for (int64_t i = 0; i < n; ++i) x[i] = i % 32 == 5 ? -127.0f : static_cast<float>(gen.uni(-126, 126)) + 0.5f;
+        if (rep % 5 == 2)
+          for (float& v : x) v = gen.uni(0, 2) == 0 ? gen.sign() * 0.0f : gen.sign() * bits_f32(gen.uni(1, 0x7F7FFFFF));
+        if (rep % 5 == 3)
+          for (int64_t i = 0; i < n; ++i) x[i] = i < QK_K ? 0.0f : x[i];  // all-zero blocks
+        Bytes ref(row_size(t, n)), got(row_size(t, n), 0xAB);
+        kernels(t, Isa::Scalar).from_float(x.data(), ref.data(), n);
+        kernels(t, isa).from_float(x.data(), got.data(), n);
+        ASSERT_EQ(ref, got) << isa_name(isa) << " " << type_name(t) << " rep " << rep << " n " << n;
+      }
+    }
+  }
+}
+
+TEST(KernelsSimd, ToFloatExact) {
+  Gen gen(4);
+  const T kAll[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1,  T::Q5_0,   T::Q5_1,   T::Q8_0, T::Q8_1,
+                    T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K,  T::Q8_K,   T::MXFP4,  T::IQ4_NL, T::IQ4_XS};
+  for (Isa isa : simd_isas()) {
+    for (T t : kAll) {
+      for (int64_t n : row_lengths(t)) {
+        for (Mode m : {Mode::Random, Mode::Pow2, Mode::Extreme}) {
+          Bytes b;
+          if (t == T::Q8_1 || t == T::Q8_K) b = gen.acts(t, n, m == Mode::Random ? Mode::Pow2 : m, gen.uni(-20, 20));
+          else b = gen.weights(t, n, m, gen.uni(-24, 8));
+          std::vector<float> ref(n), got(n, NAN);
+          kernels(t, Isa::Scalar).to_float(b.data(), ref.data(), n);
+          kernels(t, isa).to_float(b.data(), got.data(), n);
+          ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), n * sizeof(float)))
+              << isa_name(isa) << " " << type_name(t) << " n " << n << " mode " << int(m);
+        }
+      }
+    }
+  }
+}
+
+// Scales of one exponent make every sum exact (Gen::Pow2), so SIMD must equal scalar bit for bit;
+// this covers all code values, subnormal f16 scales (2^-24) and the largest power-of-two scales.
+TEST(KernelsSimd, VecDotExactPow2) {
+  Gen gen(5);
+  for (Isa isa : simd_isas()) {
+    for (T t : kWeightTypes) {
+      const T at = kernels(t, Isa::Scalar).vec_dot_type;
+      for (int64_t n : row_lengths(t)) {
+        if (n % blk(at)) continue;
+        for (int rep = 0; rep < 4; ++rep) {
+          const int ew = is_float(t) ? gen.uni(-20, 4) : t == T::MXFP4 ? gen.uni(-60, 60) : gen.uni(-24, 12);
+          const int ea = is_float(t) ? gen.uni(-20, 4) : gen.uni(-12, 4);
+          const bool extreme = rep == 3 && !is_float(t) && n <= 8 * blk(t);  // all-extreme codes only on short rows
+          const Bytes w = gen.weights(t, n, extreme ? Mode::Extreme : Mode::Pow2, ew);
+          Bytes a = gen.acts(at, n, extreme ? Mode::Extreme : Mode::Pow2, ea);
+          if (extreme) {  // keep the power-of-two scales: re-draw them
+            const Bytes wp = gen.weights(t, n, Mode::Pow2, ew);
+            Bytes w2 = w;
+            const size_t bb = type_info(t).block_bytes;
+            for (size_t off = 0; off < w2.size(); off += bb) {
+              if (t == T::MXFP4) w2[off] = wp[off];
+              for (int f : f16_fields(t)) std::memcpy(&w2[off + f], &wp[off + f], 2);
+            }
+            EXPECT_EQ(dot(t, Isa::Scalar, w2, a, n), dot(t, isa, w2, a, n)) << isa_name(isa) << " " << type_name(t) << " n " << n;
+            continue;
+          }
+          const float ref = dot(t, Isa::Scalar, w, a, n), got = dot(t, isa, w, a, n);
+          EXPECT_EQ(ref, got) << isa_name(isa) << " " << type_name(t) << " n " << n << " ew " << ew << " ea " << ea;
+        }
+      }
+    }
+  }
+}
+
+// Random scales: float order matters, except for the super-block types (exact by construction).
+TEST(KernelsSimd, VecDotRandom) {
+  Gen gen(6);
+  for (Isa isa : simd_isas()) {
+    for (T t : kWeightTypes) {
+      const T at = kernels(t, Isa::Scalar).vec_dot_type;
+      double worst = 0.0;
+      for (int64_t n : row_lengths(t)) {
+        if (n % blk(at)) continue;
+        for (int rep = 0; rep < 3; ++rep) {
+          const Mode m = rep == 2 ? Mode::Extreme : Mode::Random;
+          const Bytes w = gen.weights(t, n, m, 0), a = gen.acts(at, n, Mode::Random, 0);
+          const float ref = dot(t, Isa::Scalar, w, a, n), got = dot(t, isa, w, a, n);
+          if (order_exact(t)) {
+            EXPECT_EQ(ref, got) << isa_name(isa) << " " << type_name(t) << " n " << n;
+            continue;
+          }
+          const double scale = abs_terms(t, w, at, a, n);
+          const double err = std::fabs(static_cast<double>(ref) - got);
+          if (std::isinf(scale)) continue;  // extreme scales can overflow the float sum
+          worst = std::max(worst, err / scale);
+          EXPECT_LE(err, 1e-6 * scale) << isa_name(isa) << " " << type_name(t) << " n " << n << ": " << ref << " vs " << got;
+        }
+      }
+      std::printf("%s %-7s worst |simd - scalar| / sum|terms| = %.2e\n", isa_name(isa), type_name(t), worst);
+    }
+  }
+}
+
+// MXFP4 exhaustively: all 16 codes under all 256 exponents.
+TEST(KernelsSimd, Mxfp4AllCodesAllExponents) {
+  Gen gen(7);
+  for (Isa isa : simd_isas()) {
+    for (int e = 0; e < 256; ++e) {
+      const int64_t n = 4 * QK;
+      Bytes w(row_size(T::MXFP4, n));
+      for (int b = 0; b < 4; ++b) {
+        w[b * 17] = static_cast<uint8_t>(e);
+        for (int j = 0; j < 16; ++j) w[b * 17 + 1 + j] = static_cast<uint8_t>((j + b) % 16 | ((15 - j + 3 * b) % 16) << 4);
+      }
+      std::vector<float> ref(n), got(n);
+      kernels(T::MXFP4, Isa::Scalar).to_float(w.data(), ref.data(), n);
+      kernels(T::MXFP4, isa).to_float(w.data(), got.data(), n);
+      ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), n * sizeof(float))) << isa_name(isa) << " e " << e;
+      // The activation scale keeps e's products finite and normal: the sum is then exact.
+      const Bytes a = gen.acts(T::Q8_0, n, Mode::Pow2, std::clamp(100 - e, -24, 15));
+      EXPECT_EQ(dot(T::MXFP4, Isa::Scalar, w, a, n), dot(T::MXFP4, isa, w, a, n)) << isa_name(isa) << " e " << e;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace k3
