@@ -33,8 +33,8 @@ struct Array {
 
 struct Value {
   ValueType type = ValueType::UINT8;
-  std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string, Array,
-               uint64_t, int64_t, double>
+  std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string, Array, uint64_t,
+               int64_t, double>
       v;
 
   static Value u8(uint8_t x), i8(int8_t x), u16(uint16_t x), i16(int16_t x), u32(uint32_t x), i32(int32_t x),
@@ -53,7 +53,7 @@ struct TensorInfo {
   GgmlType type;
   uint32_t n_dims = 1;
   int64_t ne[4] = {1, 1, 1, 1};
-  uint64_t offset = 0;       // relative to the data blob of the file that holds it
+  uint64_t offset = 0;  // relative to the data blob of the file that holds it
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // into the mapping (null for a writer's plan)
   uint32_t file_index = 0;        // split part (0 for a single file)
@@ -101,23 +101,30 @@ class Metadata {
 class File {
  public:
   static std::unique_ptr<File> open(const std::string& path);
-  const std::string& path() const { return map_.path(); }
+  // Parses a private copy of `bytes`; `name` stands in for the path in messages (fuzzing, tests).
+  static std::unique_ptr<File> from_memory(const void* bytes, size_t n, const std::string& name);
+  const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // file offset of the data blob
   const Metadata& meta() const { return meta_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const uint8_t* base() const { return map_.data(); }
-  size_t size() const { return map_.size(); }
+  const uint8_t* base() const { return base_; }
+  size_t size() const { return size_; }
 
  private:
+  std::string path_;
   MappedFile map_;
+  std::vector<uint8_t> owned_;  // from_memory only
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
   uint32_t version_ = 3;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   Metadata meta_;
   std::vector<TensorInfo> tensors_;
   friend class Parser;
+  friend class Model;  // numbers the parts of a split set
 };
 
 // A model: one file or a split set opened from its first part (gguf-contract.md §7), presenting
@@ -136,6 +143,10 @@ class Model {
   std::vector<const TensorInfo*> order_;
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
 };
+
+// Keys of a split set (gguf-contract.md §7).
+inline constexpr std::string_view kSplitNo = "split.no", kSplitCount = "split.count",
+                                  kSplitTensorsCount = "split.tensors.count";
 
 // Name of part `no` (1-based) of `count` for a split prefix: "<prefix>-00002-of-00005.gguf".
 std::string split_path(const std::string& prefix, int no, int count);

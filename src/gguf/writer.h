@@ -17,6 +17,8 @@ struct TensorSpec {
   std::vector<int64_t> ne;  // 1..4 dims, ggml order
 };
 
+// The data alignment is `general.alignment` when `meta` has it; otherwise `alignment`, which is
+// then recorded as `general.alignment` unless it is the default 32.
 class Writer {
  public:
   Writer(std::string path, Metadata meta, std::vector<TensorSpec> tensors, uint32_t alignment = 32);
@@ -34,7 +36,8 @@ class Writer {
   const std::string& path() const { return path_; }
 
  private:
-  void begin_tensor();
+  void put(const void* data, size_t n);
+  void advance();  // pads and steps past every complete tensor
   std::string path_, tmp_path_;
   FILE* f_ = nullptr;
   std::vector<TensorSpec> specs_;
@@ -54,5 +57,15 @@ struct SplitPlan {
 SplitPlan plan_split(const std::vector<TensorSpec>& tensors, uint64_t max_bytes, uint64_t max_tensors);
 // Metadata for part `no` (0-based) of a set.
 Metadata split_metadata(const Metadata& full, uint16_t no, uint16_t count, int32_t total_tensors);
+
+// Writes `f` again with the same KVs (order and types) and the same tensors (order, types, data):
+// a file from a conformant writer comes out byte-identical.
+void rewrite(const File& f, const std::string& out_path);
+// Writes a model (one file or a split set) as the split set `split_path(prefix, i, N)`; returns the
+// part paths. The split.* keys of the input are replaced.
+std::vector<std::string> write_split(const Model& m, const std::string& prefix, uint64_t max_bytes,
+                                     uint64_t max_tensors);
+// Writes a model (usually a split set) as one file without split.* keys.
+void write_merged(const Model& m, const std::string& out_path);
 
 }  // namespace k3::gguf
