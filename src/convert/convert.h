@@ -1,0 +1,37 @@
+// `k3 convert`: a Hugging Face Kimi-K3 checkpoint to a split GGUF set, one part per source shard
+// (conversion.md §6). Parts are independent: each is written under a temporary name, re-read and
+// checked against the hashes computed while writing, and only then renamed; MANIFEST.json gains
+// its tensors after the rename. A rerun checks finished parts against the manifest (every byte
+// hashed) and redoes whatever is missing or wrong, so kill -9 at any point loses at most the
+// parts in flight.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "convert/plan.h"
+
+namespace k3::convert {
+
+struct ConvertOptions {
+  PlanOptions plan;
+  std::string out_dir;
+  std::string scratch;   // where parts are assembled (default: out_dir)
+  std::string shards;    // "2,5,9" / "40-60"; empty = all parts
+  int jobs = 1;
+  bool quiet = false;
+  bool dry_run = false;  // plan and check only
+};
+
+struct ConvertResult {
+  int parts_total = 0, parts_written = 0, parts_skipped = 0;
+  size_t tensors = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  double seconds = 0;
+};
+
+// Throws k3::Error on bad input or I/O failure (after removing its temporary files).
+ConvertResult run_convert(const ConvertOptions& opt);
+
+inline constexpr const char* kManifestName = "MANIFEST.json";
+
+}  // namespace k3::convert

@@ -1,0 +1,39 @@
+#include "model/attnres.h"
+
+#include <cstring>
+
+#include "model/ops.h"
+#include "tensor/kernels.h"
+
+namespace k3::model {
+
+void attnres_mix(const Bank& bank, const float* c, const float* w, float eps, float* out) {
+  const int64_t T = bank.T, H = bank.H;
+  if (bank.empty()) {
+    std::memcpy(out, c, sizeof(float) * T * H);
+    return;
+  }
+  const size_t n_src = bank.entries.size() + 1;
+  const QuantKernels& f32 = kernels(GgmlType::F32);
+  std::vector<float> normed(H), z(n_src);
+  for (int64_t t = 0; t < T; ++t) {
+    auto src = [&](size_t j) { return j < bank.entries.size() ? bank.entries[j].data() + t * H : c + t * H; };
+    for (size_t j = 0; j < n_src; ++j) {  // scores from the normalized sources
+      ops::rmsnorm(src(j), normed.data(), H, eps);
+      f32.vec_dot(H, &z[j], normed.data(), w);
+    }
+    ops::softmax(z.data(), static_cast<int64_t>(n_src));
+    float* o = out + t * H;
+    const float* s0 = src(0);
+    for (int64_t q = 0; q < H; ++q) o[q] = z[0] * s0[q];
+    for (size_t j = 1; j + 1 < n_src; ++j) {
+      const float* s = src(j);
+      for (int64_t q = 0; q < H; ++q) o[q] = o[q] + z[j] * s[q];
+    }
+    const float* cur = src(n_src - 1);
+    const float pn = z[n_src - 1];
+    for (int64_t q = 0; q < H; ++q) o[q] = o[q] + pn * cur[q];
+  }
+}
+
+}  // namespace k3::model

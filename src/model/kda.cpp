@@ -1,0 +1,147 @@
+#include "model/kda.h"
+
+#include <cmath>
+#include <vector>
+
+#include "model/trace.h"
+
+namespace k3::model {
+
+namespace {
+
+// Causal depthwise conv over time + silu (§6.3 step 2). p: [T][D] projected inputs; conv_w:
+// [D][K] taps (tap K-1 on the current input); state: [D][K-1] previous inputs, oldest first.
+void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, float* y) {
+  const int64_t S = K - 1;
+  std::vector<float> ext(S + T);  // one channel's window sequence: state, then the batch
+  for (int64_t c = 0; c < D; ++c) {
+    float* sc = state + c * S;
+    for (int64_t j = 0; j < S; ++j) ext[j] = sc[j];
+    for (int64_t t = 0; t < T; ++t) ext[S + t] = p[t * D + c];
+    const float* wc = conv_w + c * K;
+    for (int64_t t = 0; t < T; ++t) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) acc += wc[j] * ext[t + j];
+      y[t * D + c] = ops::silu(acc);
+    }
+    for (int64_t j = 0; j < S; ++j) sc[j] = ext[T + j];
+  }
+}
+
+// l2n over one head (§5): rmsnorm(x; eps/n), then a separate multiplication by 1/sqrt(n).
+void l2n(float* x, int64_t n, float eps) {
+  const float c = ops::rms_scale(x, n, eps / static_cast<float>(n));
+  const float s = 1.0f / sqrtf(static_cast<float>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * c;
+    x[i] = v * s;
+  }
+}
+
+}  // namespace
+
+void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, LayerState& st, const float* x,
+                 int64_t T, float* out) {
+  const int64_t H = hp.n_embd, nh = hp.n_head[il], d = hp.kda_head_dim, D = nh * d, K = hp.ssm_d_conv;
+  const float eps = hp.rms_eps;
+  auto trace = [&](const char* name, const float* v, int64_t n) {
+    if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
+  };
+
+  // 1-2. projections, conv + silu per stream (state blocks q, k, v)
+  std::vector<float> proj(T * D), q(T * D), k(T * D), v(T * D);
+  const Tensor* wqkv[3] = {&w.wq, &w.wk, &w.wv};
+  const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
+  float* dst[3] = {q.data(), k.data(), v.data()};
+  static const char* names[3] = {"kda_q_conv", "kda_k_conv", "kda_v_conv"};
+  for (int s = 0; s < 3; ++s) {
+    linear(ctx, *wqkv[s], x, T, proj.data());
+    conv_silu(proj.data(), conv[s]->f32(), st.conv.data() + s * D * (K - 1), T, D, K, dst[s]);
+    trace(names[s], dst[s], D);
+  }
+
+  // 3. decay gate g [T][D]
+  std::vector<float> fa(T * d), g(T * D);
+  linear(ctx, w.f_a, x, T, fa.data());
+  linear(ctx, w.f_b, fa.data(), T, g.data());
+  const float* dt_bias = w.dt_bias.f32();
+  const float* A = w.ssm_a.f32();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nh; ++h)
+      for (int64_t i = 0; i < d; ++i) {
+        float& gi = g[t * D + h * d + i];
+        const float r = gi + dt_bias[h * d + i];
+        if (hp.kda_gate_lb) {
+          float u = r * A[h];
+          u = ops::sigmoid(-1.0f * u);
+          gi = u * *hp.kda_gate_lb;
+        } else {
+          gi = A[h] * ops::softplus(r);
+        }
+      }
+  trace("kda_gate", g.data(), D);
+
+  // 4. beta [T][n_head]
+  std::vector<float> beta(T * nh);
+  linear(ctx, w.beta, x, T, beta.data());
+  for (float& b : beta) b = ops::sigmoid(b);
+
+  // 5. l2-normalise q and k per head
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nh; ++h) {
+      l2n(&q[t * D + h * d], d, eps);
+      l2n(&k[t * D + h * d], d, eps);
+    }
+
+  // 6. recurrence, per head, tokens in order. S row j (value channel) holds S[i][j] over i.
+  std::vector<float> o(T * D);
+  const float scale = 1.0f / sqrtf(static_cast<float>(d));
+  par_for(ctx, nh, T * d * d * 4, [&](int64_t h0, int64_t h1) {
+    std::vector<float> eg(d);
+    for (int64_t h = h0; h < h1; ++h) {
+      float* S = st.rec.data() + h * d * d;
+      for (int64_t t = 0; t < T; ++t) {
+        const float* qh = &q[t * D + h * d];
+        const float* kh = &k[t * D + h * d];
+        const float* vh = &v[t * D + h * d];
+        const float* gh = &g[t * D + h * d];
+        const float bh = beta[t * nh + h];
+        for (int64_t i = 0; i < d; ++i) eg[i] = expf(gh[i]);
+        for (int64_t j = 0; j < d; ++j) {
+          float* Sj = S + j * d;
+          float u = 0.0f;
+          for (int64_t i = 0; i < d; ++i) {
+            Sj[i] *= eg[i];
+            u += Sj[i] * kh[i];
+          }
+          const float delta = bh * (vh[j] - u);
+          float y = 0.0f;
+          for (int64_t i = 0; i < d; ++i) {
+            Sj[i] += kh[i] * delta;
+            y += Sj[i] * qh[i];
+          }
+          o[t * D + h * d + j] = y * scale;
+        }
+      }
+    }
+  });
+  trace("kda_core", o.data(), D);
+
+  // 7. per-head norm, then the full-rank gate
+  std::vector<float> gate(T * D);
+  linear(ctx, w.ssm_g, x, T, gate.data());
+  const float* nw = w.ssm_norm.f32();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nh; ++h) {
+      float* oh = &o[t * D + h * d];
+      ops::rmsnorm_mul(oh, nw, oh, d, eps);
+      for (int64_t j = 0; j < d; ++j) oh[j] = oh[j] * ops::sigmoid(gate[t * D + h * d + j]);
+    }
+  trace("kda_gated", o.data(), D);
+
+  // 8. output projection
+  linear(ctx, w.wo, o.data(), T, out);
+  (void)H;
+}
+
+}  // namespace k3::model

@@ -1,0 +1,120 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "model/ffn.h"
+#include "model/trace.h"
+
+namespace k3::model {
+
+void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, const float* x, int64_t T,
+                 float* out) {
+  const int64_t H = hp.n_embd, E = hp.n_expert, k = hp.n_expert_used[il], dl = hp.d_lat();
+  const ops::Situ situ(hp.situ_beta, hp.situ_linear_beta);
+  auto trace = [&](const char* name, const float* v, int64_t n) {
+    if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
+  };
+
+  // 1-5. router, selection, weights  (sel/wt: [T][k] in selection order)
+  std::vector<float> probs(T * E);
+  linear(ctx, w.gate_inp, x, T, probs.data());
+  if (hp.gating == Gating::Sigmoid)
+    for (float& p : probs) p = ops::sigmoid(p);
+  else
+    for (int64_t t = 0; t < T; ++t) ops::softmax(&probs[t * E], E);
+  std::vector<int32_t> sel(T * k);
+  std::vector<float> wt(T * k);
+  {
+    std::vector<float> s(E);
+    std::vector<int32_t> idx(E);
+    const float* bias = w.exp_probs_b.f32();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* p = &probs[t * E];
+      for (int64_t e = 0; e < E; ++e) s[e] = p[e] + bias[e];
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+      double sum = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        sel[t * k + j] = idx[j];
+        wt[t * k + j] = p[idx[j]];
+        sum += wt[t * k + j];
+      }
+      if (hp.expert_weights_norm) {
+        const float den = std::max(static_cast<float>(sum), 6.103515625e-5f);
+        for (int64_t j = 0; j < k; ++j) wt[t * k + j] = wt[t * k + j] / den;
+      }
+      if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
+        for (int64_t j = 0; j < k; ++j) wt[t * k + j] = wt[t * k + j] * hp.expert_weights_scale;
+    }
+  }
+  trace("ffn_moe_weights", wt.data(), k);
+
+  // 6. down to the latent (or the input itself)
+  std::vector<float> zbuf;
+  const float* z = x;
+  if (hp.latent()) {
+    zbuf.resize(T * dl);
+    linear(ctx, w.routed_down, x, T, zbuf.data());
+    z = zbuf.data();
+  }
+
+  // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
+  std::vector<float> y(T * k * dl);
+  {
+    const int64_t F = w.gate_exps.ne[1];
+    std::vector<std::vector<int64_t>> rows(E);  // (t * k + slot) per expert
+    for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
+    std::vector<float> zin, a, b, ye;
+    for (int64_t e = 0; e < E; ++e) {
+      const auto& r = rows[e];
+      const int64_t n = static_cast<int64_t>(r.size());
+      if (n == 0) continue;
+      zin.resize(n * dl);
+      a.resize(n * F);
+      b.resize(n * F);
+      ye.resize(n * dl);
+      for (int64_t m = 0; m < n; ++m) std::copy_n(z + (r[m] / k) * dl, dl, &zin[m * dl]);
+      linear(ctx, w.gate_exps.mat(e), zin.data(), n, a.data());
+      linear(ctx, w.up_exps.mat(e), zin.data(), n, b.data());
+      for (int64_t i = 0; i < n * F; ++i) a[i] = situ(a[i], b[i]);
+      linear(ctx, w.down_exps.mat(e), a.data(), n, ye.data());
+      for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl], dl, &y[r[m] * dl]);
+    }
+  }
+
+  // 8. weighted combine, left to right in selection order
+  std::vector<float> m(T * dl);
+  for (int64_t t = 0; t < T; ++t) {
+    float* mt = &m[t * dl];
+    for (int64_t j = 0; j < k; ++j) {
+      const float* ye = &y[(t * k + j) * dl];
+      const float wj = wt[t * k + j];
+      if (j == 0)
+        for (int64_t i = 0; i < dl; ++i) mt[i] = ye[i] * wj;
+      else
+        for (int64_t i = 0; i < dl; ++i) mt[i] = mt[i] + ye[i] * wj;
+    }
+  }
+  trace("ffn_moe_combined", m.data(), dl);
+
+  // 9-10. latent norm, up-projection
+  if (w.routed_norm) ops::rmsnorm_rows(m.data(), w.routed_norm.f32(), m.data(), T, dl, hp.rms_eps);
+  if (hp.latent())
+    linear(ctx, w.routed_up, m.data(), T, out);
+  else
+    std::copy(m.begin(), m.end(), out);
+  trace("ffn_moe_routed", out, H);
+
+  // 11-12. shared experts on the un-projected input
+  if (w.gate_shexp) {
+    std::vector<float> sh(T * H);
+    situ_mlp(ctx, situ, w.gate_shexp, w.up_shexp, w.down_shexp, x, T, sh.data());
+    trace("ffn_shexp", sh.data(), H);
+    for (int64_t i = 0; i < T * H; ++i) out[i] = out[i] + sh[i];
+  }
+}
+
+}  // namespace k3::model

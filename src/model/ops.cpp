@@ -1,0 +1,99 @@
+#include "model/ops.h"
+
+#include <cstdlib>
+#include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "common/error.h"
+#include "tensor/fp16.h"
+#include "tensor/kernels.h"
+
+namespace k3::model {
+
+F16Rule default_f16_rule() {
+  if (const char* e = std::getenv("K3_F16_RULE")) {
+    if (!std::strcmp(e, "amx")) return F16Rule::Amx;
+    if (!std::strcmp(e, "round")) return F16Rule::Round;
+    fail("K3_F16_RULE=%s: expected 'amx' or 'round'", e);
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  // llama.cpp's AMX buffer needs AMX-INT8 (leaf 7 EDX bit 25) and AVX512-VNNI (leaf 7 ECX bit 11).
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 25)) && (c & (1u << 11))) return F16Rule::Amx;
+#endif
+  return F16Rule::Round;
+}
+
+void par_for(Ctx& ctx, int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (ctx.pool.size() == 1 || n == 1 || n * cost < (1 << 16)) {
+    fn(0, n);
+    return;
+  }
+  ctx.pool.parallel_for(n, fn);
+}
+
+// The AMX buffer's F16 product: weight rows widened to F32, activation unrounded.
+static void linear_f16_as_f32(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
+  const QuantKernels& f32k = kernels(GgmlType::F32);
+  par_for(ctx, w.ne1, w.ne0 * T, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(w.ne0);
+    for (int64_t o = r0; o < r1; ++o) {
+      const auto* src = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + o * w.nb1);
+      for (int64_t i = 0; i < w.ne0; ++i) row[i] = fp16_to_fp32(src[i]);
+      for (int64_t t = 0; t < T; ++t) f32k.vec_dot(w.ne0, &y[t * w.ne1 + o], row.data(), x + t * w.ne0);
+    }
+  });
+}
+
+void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
+  if (T <= 0) return;
+  if (w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx && w.ne1 % 32 == 0 && w.ne0 % 16 == 0) {
+    linear_f16_as_f32(ctx, w, x, T, y);
+    return;
+  }
+  matmul(w, x, T, y, ctx.pool);
+}
+
+namespace ops {
+
+float rms_scale(const float* x, int64_t n, float eps) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(s / n);
+  return 1.0f / sqrtf(mean + eps);
+}
+
+void rmsnorm(const float* x, float* y, int64_t n, float eps) {
+  const float c = rms_scale(x, n, eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * c;
+}
+
+void rmsnorm_mul(const float* x, const float* w, float* y, int64_t n, float eps) {
+  const float c = rms_scale(x, n, eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * c;
+    y[i] = v * w[i];
+  }
+}
+
+void rmsnorm_rows(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
+  for (int64_t t = 0; t < T; ++t) rmsnorm_mul(x + t * n, w, y + t * n, n, eps);
+}
+
+void softmax(float* z, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = z[i] > m ? z[i] : m;
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    z[i] = expf(z[i] - m);
+    s += z[i];
+  }
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = 0; i < n; ++i) z[i] *= inv;
+}
+
+}  // namespace ops
+}  // namespace k3::model

@@ -1,0 +1,72 @@
+// Primitive operations of model.md §5, with llama.cpp's evaluation order (§9), and the matrix
+// product used by every block (activation rounding as llama.cpp's CPU backend does it).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+#include "tensor/threadpool.h"
+
+namespace k3::model {
+
+class Trace;
+
+// How F16 2-D weights are multiplied (model.md §9, quant-formats.md §10). Round: the activation
+// is rounded to F16 (llama.cpp's plain CPU path). Amx: weights with ne1 % 32 == 0 and
+// ne0 % 16 == 0 are multiplied against the unrounded F32 activation, as llama.cpp does when its
+// CPU backend places them in the AMX buffer.
+enum class F16Rule : uint8_t { Round, Amx };
+// K3_F16_RULE=round|amx overrides; the default follows the CPU like llama.cpp: Amx when CPUID
+// reports AMX-INT8 and AVX512-VNNI, else Round (see docs/model.md).
+F16Rule default_f16_rule();
+
+// What every block needs besides weights and state: threads, policies, optional trace.
+struct Ctx {
+  ThreadPool& pool;
+  F16Rule f16_rule = F16Rule::Round;
+  Trace* trace = nullptr;
+};
+
+// fn(begin, end) over [0, n) on the pool, or inline when n * cost (rough flops) is too small for
+// the fork/join to pay off. Results never depend on the split.
+void par_for(Ctx& ctx, int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn);
+
+// y[T][ne1] = W x for T tokens (x is [T][ne0]).
+void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y);
+inline void linear(Ctx& ctx, const Tensor& w, const float* x, int64_t T, float* y) { linear(ctx, w.mat(), x, T, y); }
+
+namespace ops {
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+inline float silu(float x) { return x / (1.0f + expf(-x)); }
+inline float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+// situ(a, b) (model.md §5), evaluated in llama.cpp's order with the float reciprocals.
+struct Situ {
+  float beta, inv_beta, lambda, inv_lambda;
+  Situ(float b, float l) : beta(b), inv_beta(1.0f / b), lambda(l), inv_lambda(l > 0 ? 1.0f / l : 0.0f) {}
+  float operator()(float a, float b) const {
+    float t = tanhf(a * inv_beta);
+    t = t * beta;
+    t = t * sigmoid(a);
+    const float u = lambda > 0 ? tanhf(b * inv_lambda) * lambda : b;
+    return t * u;
+  }
+};
+
+// c = 1 / sqrtf((float)(sum x^2 / n) + eps), the sum in double.
+float rms_scale(const float* x, int64_t n, float eps);
+// y = x * c (unweighted), y may alias x.
+void rmsnorm(const float* x, float* y, int64_t n, float eps);
+// y = (x * c) * w, two separate float multiplications; y may alias x.
+void rmsnorm_mul(const float* x, const float* w, float* y, int64_t n, float eps);
+// Rows: T rows of n, each normed with gain w.
+void rmsnorm_rows(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);
+// In-place softmax with a double sum: p_i = e_i * (float)(1/S).
+void softmax(float* z, int64_t n);
+
+}  // namespace ops
+}  // namespace k3::model

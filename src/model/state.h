@@ -1,0 +1,40 @@
+// Per-sequence state (model.md §7), kept apart from the immutable model: the MLA latent cache of
+// every MLA layer and the conv + recurrent state of every KDA layer. A model can serve any number
+// of sequences, each with its own State.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/hparams.h"
+
+namespace k3::model {
+
+struct LayerState {
+  // KDA (§7.1, §7.2)
+  std::vector<float> conv;  // [3 (q,k,v)][D][K_conv-1], tap index fastest, oldest first
+  std::vector<float> rec;   // [n_head][d (value j)][d (key i)]: S_h[i][j] at h*d*d + j*d + i
+  // MLA (§7.3)
+  std::vector<float> kv;    // [n_past][r_kv + d_pe]: rows [c_hat | k_pe], F32
+};
+
+class State {
+ public:
+  State(const HParams& hp, int64_t n_ctx);
+  int64_t n_past() const { return n_past_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  void reset();  // back to an empty sequence (zeros, empty caches)
+
+  std::vector<LayerState> layers;
+
+  // For tests: largest absolute difference over every state value (inf if shapes differ).
+  static double max_abs_diff(const State& a, const State& b);
+
+ private:
+  friend class Model;
+  HParams hp_;
+  int64_t n_ctx_;
+  int64_t n_past_ = 0;
+};
+
+}  // namespace k3::model

@@ -1,0 +1,212 @@
+#include "model/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "gguf/writer.h"
+#include "model/registry.h"
+#include "model/synth_vocab.h"
+#include "tensor/fp16.h"
+#include "tensor/kernels.h"
+#include "tokenizer/vocab.h"
+
+namespace k3::model {
+
+SynthOptions synth_preset(const std::string& preset) {
+  SynthOptions o;  // defaults = tiny
+  if (preset == "tiny") return o;
+  if (preset == "small") {
+    o.n_layer = 13, o.n_embd = 256, o.n_head = 4, o.head_dim = 64;
+    o.q_lora = 128, o.kv_lora = 64, o.qk_nope = 64, o.qk_rope = 32, o.v_head = 64;
+    o.n_expert = 16, o.n_expert_used = 4, o.n_ff_exp = 128, o.latent = 128, o.n_shared = 2;
+    o.n_ff = 512, o.attn_res_block = 4;
+    return o;
+  }
+  if (preset == "medium") {  // ~3.5 GB with BF16 trunk and MXFP4 experts: for benchmarks
+    o.n_layer = 13, o.n_embd = 2048, o.n_head = 16, o.head_dim = 128;
+    o.q_lora = 512, o.kv_lora = 256, o.qk_nope = 128, o.qk_rope = 64, o.v_head = 128;
+    o.n_expert = 128, o.n_expert_used = 8, o.n_ff_exp = 1024, o.latent = 1024, o.n_shared = 2;
+    o.n_ff = 8192, o.attn_res_block = 6;
+    o.type = GgmlType::BF16, o.expert_type = GgmlType::MXFP4;
+    return o;
+  }
+  fail("unknown preset '%s' (tiny, small, medium)", preset.c_str());
+}
+
+HParams synth_hparams(const SynthOptions& o) {
+  HParams hp;
+  const uint32_t L = o.n_layer;
+  hp.n_ctx_train = o.n_ctx;
+  hp.n_embd = o.n_embd;
+  hp.n_layer = L;
+  hp.n_vocab = o.n_vocab;
+  hp.n_head.assign(L, o.n_head);
+  hp.n_head_kv = k3_layer_schedule(L, o.mla_every);
+  hp.n_ff.assign(L, o.n_ff);
+  hp.rms_eps = o.rms_eps;
+  hp.n_embd_head_k_mla = o.qk_nope + o.qk_rope;
+  hp.n_embd_head_v_mla = o.v_head;
+  hp.q_lora_rank = o.no_q_lora ? 0 : o.q_lora;
+  hp.kv_lora_rank = o.kv_lora;
+  hp.n_rot = o.qk_rope;
+  hp.ssm_d_conv = o.d_conv;
+  hp.kda_head_dim = o.head_dim;
+  if (!o.softplus_gate) hp.kda_gate_lb = o.gate_lb;
+  hp.n_expert = o.n_expert;
+  hp.n_expert_used.assign(L, o.n_expert_used);
+  hp.n_ff_exp.assign(L, o.n_ff_exp);
+  hp.n_expert_shared = o.no_shared ? 0 : o.n_shared;
+  hp.n_layer_dense_lead = o.n_dense;
+  hp.expert_weights_scale = o.weights_scale;
+  hp.expert_weights_norm = o.weights_norm;
+  hp.gating = o.softmax_gating ? Gating::Softmax : Gating::Sigmoid;
+  hp.n_embd_latent = o.no_latent ? 0 : o.latent;
+  hp.n_group_used = 1;
+  hp.attn_res_block = o.attn_res_block;
+  hp.situ_beta = o.situ_beta;
+  hp.situ_linear_beta = o.situ_linear_beta;
+  hp.has_attn_gate = !o.no_attn_gate;
+  hp.has_routed_norm = hp.latent() && !o.no_routed_norm;
+  hp.has_shexp = hp.n_expert_shared > 0;
+  hp.validate();
+  return hp;
+}
+
+GgmlType synth_tensor_type(const SynthOptions& o, const std::string& name, int64_t ne0, bool keep_f32, bool expert) {
+  if (keep_f32) return GgmlType::F32;
+  GgmlType t = expert ? o.expert_type : o.type;
+  const bool kbvb = name.find("attn_k_b") != std::string::npos || name.find("attn_v_b") != std::string::npos;
+  if (kbvb && t != GgmlType::F32) t = GgmlType::BF16;
+  for (const auto& [pat, ty] : o.tensor_types)
+    if (name.find(pat) != std::string::npos) t = ty;
+  return fallback_type(t, ne0);
+}
+
+namespace {
+
+// Deterministic per-tensor normal generator (splitmix64 + Box-Muller): a tensor's values depend
+// only on the seed and its name, not on the order of writing.
+struct Rng {
+  uint64_t s;
+  bool have = false;
+  double spare = 0;
+  Rng(uint64_t seed, const std::string& name) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567) {
+    for (unsigned char c : name) s = (s ^ c) * 0x100000001B3ull;
+  }
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
+  double normal() {
+    if (have) {
+      have = false;
+      return spare;
+    }
+    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 6.283185307179586 * uniform();
+    spare = r * std::sin(a);
+    have = true;
+    return r * std::cos(a);
+  }
+};
+
+bool ends_with(const std::string& s, const char* suf) {
+  const size_t n = std::strlen(suf);
+  return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
+}
+
+// Fills n values (a chunk starting at flat element `off`) of tensor `name` with shape ne.
+void init_values(const SynthOptions& o, const HParams& hp, Rng& rng, const std::string& name, const int64_t* ne,
+                 float* v, int64_t n) {
+  const double fan_in = static_cast<double>(ne[0]);
+  auto normal = [&](double mean, double sd) {
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(mean + sd * rng.normal());
+  };
+  auto uniform = [&](double lo, double hi) {
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(lo + (hi - lo) * rng.uniform());
+  };
+  if (name == "token_embd.weight") return normal(0, 1);
+  if (name == "output.weight") return normal(0, 2.0 / std::sqrt(fan_in));
+  if (ends_with(name, "_res_score.weight")) return normal(0, 1.0 / std::sqrt(fan_in));
+  if (ends_with(name, "norm.weight")) return normal(1.0, 0.1);
+  if (ends_with(name, ".ssm_a")) {  // -exp(A_log), A_log ~ U(0, log 4)
+    uniform(0.0, std::log(4.0));
+    for (int64_t i = 0; i < n; ++i) v[i] = -std::exp(v[i]);
+    return;
+  }
+  if (ends_with(name, "ssm_dt.bias")) return o.softplus_gate ? normal(-2.0, 0.5) : normal(0.0, 0.5);
+  if (name.find("ssm_conv1d") != std::string::npos) return normal(0, 1.0 / std::sqrt(fan_in));
+  if (ends_with(name, "exp_probs_b.bias")) return normal(0, 0.1);
+  (void)hp;
+  return normal(0, 1.0 / std::sqrt(fan_in));  // matrices: N(0, 1/fan_in)
+}
+
+}  // namespace
+
+void write_synthetic(const std::string& path, const SynthOptions& o,
+                     const std::function<void(size_t, size_t, const std::string&)>& progress) {
+  const HParams hp = synth_hparams(o);
+  gguf::Metadata meta;
+  hp.to_metadata(meta);
+  meta.set("general.name", gguf::Value::str(o.name));
+  meta.set("general.type", gguf::Value::str("model"));
+  meta.set("general.quantization_version", gguf::Value::u32(2));
+  tok::write_vocab(synth_vocab(o.n_vocab), meta);
+
+  struct Plan {
+    std::string name;
+    GgmlType type;
+    int64_t ne[4];
+    uint32_t n_dims;
+  };
+  std::vector<Plan> plan;
+  std::vector<gguf::TensorSpec> specs;
+  for_each_tensor(hp, [&](const TensorRef& r) {
+    const GgmlType t = synth_tensor_type(o, r.name, r.shape.ne[0], r.def.types == TypeRule::KeepF32,
+                                         r.def.types == TypeRule::Experts);
+    std::string why;
+    if (!type_allowed(r.def, t, r.shape.ne[0], &why)) fail("make-tiny: tensor '%s' %s", r.name.c_str(), why.c_str());
+    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && !can_quantize(t))
+      fail("make-tiny: cannot write tensor '%s' as %s (no quantizer)", r.name.c_str(), type_name(t));
+    plan.push_back({r.name, t, {r.shape.ne[0], r.shape.ne[1], r.shape.ne[2], r.shape.ne[3]}, r.shape.n_dims});
+    specs.push_back({r.name, t, std::vector<int64_t>(r.shape.ne, r.shape.ne + r.shape.n_dims)});
+  });
+
+  gguf::Writer writer(path, std::move(meta), specs);
+  constexpr int64_t kChunk = 1 << 22;  // floats generated at a time (whole rows)
+  std::vector<float> buf;
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Plan& p = plan[i];
+    if (progress) progress(i, plan.size(), p.name);
+    Rng rng(o.seed, p.name);
+    const int64_t ne0 = p.ne[0], rows = p.ne[1] * p.ne[2] * p.ne[3];
+    const int64_t rows_per = std::max<int64_t>(1, kChunk / ne0);
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
+      const int64_t nr = std::min(rows_per, rows - r0);
+      buf.resize(nr * ne0);
+      init_values(o, hp, rng, p.name, p.ne, buf.data(), nr * ne0);
+      const size_t bytes = row_size(p.type, ne0) * nr;
+      out.resize(bytes);
+      if (p.type == GgmlType::F32) {
+        std::memcpy(out.data(), buf.data(), bytes);
+      } else if (p.type == GgmlType::F16) {
+        auto* d = reinterpret_cast<uint16_t*>(out.data());
+        for (int64_t j = 0; j < nr * ne0; ++j) d[j] = fp32_to_fp16(buf[j]);
+      } else if (p.type == GgmlType::BF16) {
+        auto* d = reinterpret_cast<uint16_t*>(out.data());
+        for (int64_t j = 0; j < nr * ne0; ++j) d[j] = fp32_to_bf16(buf[j]);
+      } else {
+        quantize_rows(p.type, buf.data(), out.data(), nr, ne0, nullptr);
+      }
+      writer.write(out.data(), bytes);
+    }
+  }
+  writer.finish();
+}
+
+}  // namespace k3::model

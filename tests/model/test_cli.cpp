@@ -1,0 +1,143 @@
+// The model commands end to end: k3 make-tiny, k3 logits (modes, --dump), k3 run (--json, -p,
+// the built-in model, errors).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "helpers.h"
+
+using namespace k3;
+using namespace k3::test;
+using nlohmann::json;
+
+namespace {
+
+std::string k3_bin() {
+  const char* d = std::getenv("K3_BIN_DIR");
+  const std::string p = std::string(d ? d : K3_BIN_DIR_FALLBACK) + "/k3";
+  if (!std::filesystem::exists(p)) ADD_FAILURE() << "k3 binary missing: " << p;
+  return p;
+}
+
+std::string tiny_cli_model() {
+  const std::string p = temp_path("cli_tiny.gguf");
+  if (!std::filesystem::exists(p)) {
+    std::string out;
+    EXPECT_EQ(run_cmd(k3_bin() + " make-tiny -q --out " + p + " --layers 5 --seed 3", &out), 0) << out;
+  }
+  return p;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return json::parse(f);
+}
+
+TEST(Cli, MakeTinyWritesLoadableModel) {
+  auto m = model::Model::load(tiny_cli_model());
+  EXPECT_EQ(m->hparams().n_layer, 5u);
+  EXPECT_EQ(m->hparams().attn_kind(3), model::AttnKind::MLA);
+  EXPECT_EQ(m->hparams().attn_kind(4), model::AttnKind::MLA);
+  std::string out;
+  EXPECT_NE(run_cmd(k3_bin() + " make-tiny --out " + temp_path("x.gguf") + " --type nope", &out), 0);
+  EXPECT_NE(out.find("unknown type"), std::string::npos) << out;
+}
+
+TEST(Cli, LogitsModesAgreeWithLibrary) {
+  const std::string model = tiny_cli_model();
+  auto m = model::Model::load(model);
+  const std::vector<int32_t> ids = {5, 300, 17, 767, 42, 9, 511};
+  const Rows lib = k3_logits(*m, ids, 0);
+  for (const char* mode : {"batch", "incremental", "chunked --chunk 3"}) {
+    const std::string out_json = temp_path("cli_logits.json");
+    std::string out;
+    ASSERT_EQ(run_cmd(k3_bin() + " logits -m " + model + " --ids 5,300,17,767,42,9,511 -t 1 --mode " + mode +
+                          " --out " + out_json,
+                      &out),
+              0)
+        << out;
+    const json j = read_json(out_json);
+    ASSERT_EQ(j["n_vocab"].get<int>(), m->n_vocab());
+    ASSERT_EQ(j["rows"].size(), ids.size());
+    Rows cli;
+    cli.n_vocab = m->n_vocab();
+    for (const auto& r : j["rows"]) cli.rows.push_back(r["logits"].get<std::vector<float>>());
+    EXPECT_LE(max_abs_diff(cli, lib), 1e-4) << mode;
+  }
+}
+
+TEST(Cli, DumpWritesNamedIntermediates) {
+  const std::string dir = temp_path("dump");
+  std::string out;
+  ASSERT_EQ(run_cmd(k3_bin() + " logits -m " + tiny_cli_model() + " --ids 1,2,3 --dump " + dir + " --out " +
+                        temp_path("d.json"),
+                    &out),
+            0)
+      << out;
+  const json idx = read_json(dir + "/index.json");
+  std::set<std::string> names;
+  for (const auto& t : idx["tensors"]) {
+    names.insert(t["name"].get<std::string>() + "." + std::to_string(t["layer"].get<int>()));
+    EXPECT_EQ(t["rows"].get<int>(), 3);
+    EXPECT_EQ(std::filesystem::file_size(dir + "/" + t["file"].get<std::string>()),
+              3u * t["n"].get<uint64_t>() * sizeof(float));
+  }
+  for (const char* n : {"inp_embd.-1", "attn_norm.0", "kda_out.0", "ffn_out.0", "mla_out.3", "ffn_moe_out.1",
+                        "l_out.4", "result_output.-1"})
+    EXPECT_TRUE(names.count(n)) << n;
+}
+
+TEST(Cli, RunJsonGreedyMatchesLibrary) {
+  const std::string model = tiny_cli_model();
+  std::string out;
+  ASSERT_EQ(run_cmd(k3_bin() + " run -m " + model + " --ids 10,20,30 -n 12 --temp 0 --ignore-eos --json -t 1", &out,
+                    false),
+            0)
+      << out;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), (std::vector<int32_t>{10, 20, 30}));
+  auto m = model::Model::load(model);
+  EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), k3_generate(*m, {10, 20, 30}, 12));
+  EXPECT_TRUE(j["text"].is_string());
+  EXPECT_GT(j["timings"]["prompt_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["timings"]["gen_tokens_per_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, RunTextPromptAndSampling) {
+  const std::string model = tiny_cli_model();
+  std::string a, b;
+  const std::string cmd = k3_bin() + " run -m " + model + " -p 'The keeper counted ships' -n 8 --temp 0.9 "
+                                     "--top-k 20 --top-p 0.9 --min-p 0.02 --seed 7 --ignore-eos --json -t 1";
+  ASSERT_EQ(run_cmd(cmd, &a, false), 0) << a;
+  ASSERT_EQ(run_cmd(cmd, &b, false), 0) << b;
+  EXPECT_EQ(json::parse(a)["ids"], json::parse(b)["ids"]);  // seeded
+  EXPECT_GE(json::parse(a)["prompt_ids"].size(), 2u);
+  EXPECT_EQ(json::parse(a)["ids"].size(), 8u);
+}
+
+TEST(Cli, RunBuiltinModel) {
+  const std::string cache = temp_path("xdg");
+  std::string out;
+  ASSERT_EQ(run_cmd("XDG_CACHE_HOME=" + cache + " " + k3_bin() + " run -n 4 --temp 0 -t 1", &out), 0) << out;
+  EXPECT_NE(out.find("RANDOM"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(cache + "/k3/synthetic-tiny-v1.gguf"));
+}
+
+TEST(Cli, Errors) {
+  const std::string model = tiny_cli_model();
+  std::string out;
+  EXPECT_EQ(run_cmd(k3_bin() + " run -m " + model + " --ids 1,2,100000 -n 2", &out), 1);
+  EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
+  EXPECT_EQ(run_cmd(k3_bin() + " run -m " + model + " --ids 1,2,3,4 -c 2 -n 2", &out), 1);
+  EXPECT_NE(out.find("context size"), std::string::npos) << out;
+  EXPECT_EQ(run_cmd(k3_bin() + " logits -m " + model + " --ids 1,x --out /dev/null", &out), 1);
+  EXPECT_NE(out.find("not a token id"), std::string::npos) << out;
+  EXPECT_EQ(run_cmd(k3_bin() + " logits -m " + temp_path("nope.gguf") + " --ids 1", &out), 1);
+  EXPECT_NE(out.find("nope.gguf"), std::string::npos) << out;
+}
+
+}  // namespace

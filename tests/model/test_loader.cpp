@@ -1,0 +1,125 @@
+// Loader errors: every defect of a file gets a k3::Error that names it, never a crash.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "common/error.h"
+#include "gguf/writer.h"
+#include "helpers.h"
+
+using namespace k3;
+using namespace k3::test;
+
+namespace {
+
+// Copies `src` to `name`, letting the caller edit the metadata and the tensor plan. Tensors keep
+// their bytes (an edit must keep a tensor's byte size); added tensors get zeros.
+std::string rewrite(const std::string& src, const std::string& name,
+                    const std::function<void(gguf::Metadata&)>& edit_meta,
+                    const std::function<void(std::vector<gguf::TensorSpec>&)>& edit_specs) {
+  const gguf::Model in = gguf::Model::open(src);
+  gguf::Metadata meta = in.meta();
+  if (edit_meta) edit_meta(meta);
+  std::vector<gguf::TensorSpec> specs;
+  for (const gguf::TensorInfo* t : in.tensors())
+    specs.push_back({t->name, t->type, std::vector<int64_t>(t->ne, t->ne + t->n_dims)});
+  if (edit_specs) edit_specs(specs);
+  const std::string out = temp_path(name + ".gguf");
+  gguf::Writer w(out, meta, specs);
+  for (const auto& s : specs) {
+    int64_t n = 1;
+    for (int64_t x : s.ne) n *= x;
+    const size_t bytes = row_size(s.type, s.ne[0]) * (n / s.ne[0]);
+    if (const gguf::TensorInfo* t = in.find(s.name); t && t->nbytes == bytes) {
+      w.write_tensor(s.name, t->data, bytes);
+    } else {
+      std::vector<uint8_t> zeros(bytes);
+      w.write_tensor(s.name, zeros.data(), bytes);
+    }
+  }
+  w.finish();
+  return out;
+}
+
+std::string good() { return make_model(config_a(1e-5f), "loader_good"); }
+
+void expect_load_error(const std::string& path, std::initializer_list<const char*> needles) {
+  try {
+    model::Model::load(path);
+    ADD_FAILURE() << "loaded without error";
+  } catch (const Error& e) {
+    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+gguf::TensorSpec* find(std::vector<gguf::TensorSpec>& v, const std::string& name) {
+  for (auto& s : v)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+TEST(Loader, GoodModelLoads) {
+  auto m = model::Model::load(good());
+  EXPECT_EQ(m->hparams().n_layer, 17u);
+  EXPECT_TRUE(m->hparams().has_attn_gate);
+  EXPECT_TRUE(m->weights().layers[16].k_b);
+  EXPECT_FALSE(m->weights().layers[16].conv_q);
+}
+
+TEST(Loader, MissingTensor) {
+  const auto p = rewrite(good(), "missing", nullptr, [](auto& v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [](auto& s) { return s.name == "blk.7.attn_k_b.weight"; }), v.end());
+  });
+  expect_load_error(p, {"missing tensor 'blk.7.attn_k_b.weight'", "MLA layer"});
+}
+
+TEST(Loader, WrongShape) {
+  const auto p = rewrite(good(), "shape", nullptr, [](auto& v) { find(v, "blk.2.ssm_f_a.weight")->ne = {32, 64}; });
+  expect_load_error(p, {"blk.2.ssm_f_a.weight", "has shape [32, 64], expected [64, 32]"});
+}
+
+TEST(Loader, UnsupportedType) {
+  const auto p = rewrite(good(), "type", nullptr, [](auto& v) { find(v, "blk.1.attn_q.weight")->type = GgmlType::I32; });
+  expect_load_error(p, {"blk.1.attn_q.weight", "i32", "cannot compute"});
+  const auto p2 = rewrite(good(), "type2", nullptr, [](auto& v) {
+    auto* s = find(v, "blk.1.attn_res_score.weight");
+    s->type = GgmlType::F16;
+    s->ne = {128};  // same bytes as [64] f32
+  });
+  expect_load_error(p2, {"blk.1.attn_res_score.weight"});
+}
+
+TEST(Loader, ExtraTensor) {
+  const auto p = rewrite(good(), "extra", nullptr, [](auto& v) { v.push_back({"blk.0.attn_q.bias", GgmlType::F32, {64}}); });
+  expect_load_error(p, {"unexpected tensor 'blk.0.attn_q.bias'"});
+}
+
+TEST(Loader, InconsistentSchedule) {
+  // head_count_kv of the wrong length
+  const auto p = rewrite(good(), "sched_len", [](gguf::Metadata& m) {
+    gguf::Array a;
+    a.elem = gguf::ValueType::INT32;
+    a.data = std::vector<int32_t>(16, 0);
+    m.set("kimi-k3.attention.head_count_kv", gguf::Value::array(a));
+  }, nullptr);
+  expect_load_error(p, {"head_count_kv"});
+  // a schedule that makes layer 0 MLA while the file holds KDA tensors there
+  const auto p2 = rewrite(good(), "sched_kind", [](gguf::Metadata& m) {
+    std::vector<int32_t> kv(17, 0);
+    for (int il : {0, 3, 7, 11, 15, 16}) kv[il] = 1;
+    gguf::Array a;
+    a.elem = gguf::ValueType::INT32;
+    a.data = kv;
+    m.set("kimi-k3.attention.head_count_kv", gguf::Value::array(a));
+  }, nullptr);
+  expect_load_error(p2, {"blk.0.", "MLA layer"});
+}
+
+TEST(Loader, WrongKeyTypeNamesFileAndKey) {
+  const auto p = rewrite(good(), "keytype", [](gguf::Metadata& m) { m.set("kimi-k3.expert_count", gguf::Value::i32(8)); }, nullptr);
+  expect_load_error(p, {"keytype.gguf", "kimi-k3.expert_count"});
+}
+
+TEST(Loader, NotAFile) { expect_load_error(temp_path("does-not-exist.gguf"), {"does-not-exist.gguf"}); }
+
+}  // namespace
