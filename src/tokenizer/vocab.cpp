@@ -121,6 +121,9 @@ std::string token_text_to_bytes(std::string_view text) {
 }
 
 std::vector<std::string> parse_tiktoken_ranks(std::string_view contents, const std::string& name) {
+  // Ranks are 0..N-1 for N entries, so a rank >= the number of lines is a gap (checked before
+  // anything is sized by it).
+  const size_t max_entries = static_cast<size_t>(std::count(contents.begin(), contents.end(), '\n')) + 1;
   std::vector<size_t> line_of;  // line number per rank, 0 = not seen
   std::vector<std::pair<int64_t, std::string>> entries;
   size_t line_no = 0, pos = 0;
@@ -142,6 +145,9 @@ std::vector<std::string> parse_tiktoken_ranks(std::string_view contents, const s
     int64_t rank = std::stoll(std::string(num));
     if (rank > std::numeric_limits<int32_t>::max() - 1)
       fail("%s:%zu: rank %lld is too large", name.c_str(), line_no, static_cast<long long>(rank));
+    if (static_cast<size_t>(rank) >= max_entries)
+      fail("%s:%zu: rank %lld leaves a gap: the file has at most %zu entries, so ranks must be below that",
+           name.c_str(), line_no, static_cast<long long>(rank), max_entries);
     std::string bytes;
     if (!base64_decode(b64, bytes))
       fail("%s:%zu: malformed token '%s': not valid base64", name.c_str(), line_no, shown(b64).c_str());

@@ -101,8 +101,8 @@ TEST_F(Cli, Errors) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("unsupported pre-tokenizer 'qwen2'"), std::string::npos) << r.out;
   std::ofstream bad(dir_ + "/k3_cli_bad.tiktoken");
-  bad << "YQ== 0\nYg== 5\n";
+  bad << "YQ== 0\nYg== 3\nYw== 1\n";
   bad.close();
   r = run("tokenize --vocab " + dir_ + "/k3_cli_bad.tiktoken x");
-  EXPECT_EQ(r.out, "k3 tokenize: error: " + dir_ + "/k3_cli_bad.tiktoken: rank 1 is missing (ranks must be 0..5 without gaps; rank 5 is on line 2)\n");
+  EXPECT_EQ(r.out, "k3 tokenize: error: " + dir_ + "/k3_cli_bad.tiktoken: rank 2 is missing (ranks must be 0..3 without gaps; rank 3 is on line 2)\n");
 }

@@ -89,9 +89,11 @@ TEST(Vocab, TiktokenErrorsNameFileAndLine) {
   EXPECT_EQ(e("YQ== 0\n 1\n"), "tok.model:2: malformed token '': not valid base64");
   EXPECT_EQ(e("YQ== 0\nYg== 0\n"), "tok.model:2: duplicate rank 0 (first on line 1)");
   EXPECT_EQ(e("YQ== 0\nYQ== 1\n"), "tok.model:2: token 'a' (rank 1) duplicates rank 0 on line 1");
-  EXPECT_EQ(e("YQ== 0\nYg== 2\n"), "tok.model: rank 1 is missing (ranks must be 0..2 without gaps; rank 2 is on line 2)");
+  EXPECT_EQ(e("YQ== 0\nYg== 2\n\n"), "tok.model: rank 1 is missing (ranks must be 0..2 without gaps; rank 2 is on line 2)");
   EXPECT_EQ(e("YQ== 99999999999\n"), "tok.model:1: malformed rank '99999999999': expected a decimal number");
   EXPECT_EQ(e("YQ== 2147483647\n"), "tok.model:1: rank 2147483647 is too large");
+  EXPECT_EQ(e("YQ== 0\nYg== 2147483000\n"),
+            "tok.model:2: rank 2147483000 leaves a gap: the file has at most 3 entries, so ranks must be below that");
   EXPECT_EQ(e(""), "tok.model: no tokens");
   EXPECT_EQ(error_of([] { read_tiktoken_ranks("/nonexistent/tiktoken.model"); }),
             "/nonexistent/tiktoken.model: cannot open file");
