@@ -1,0 +1,267 @@
+// k3 chat: an interactive terminal chat with the same chat template, engine and K3 output parser
+// as k3 serve. Reasoning is shown dimmed; tool calls are printed as calls.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "chat/chat_template.h"
+#include "chat/k3_parser.h"
+#include "cli/commands.h"
+#include "cli/model_cli.h"
+#include "common/error.h"
+#include "server/engine.h"
+#include "server/text_stream.h"
+
+using namespace k3;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::atomic<bool> g_generating{false};
+std::atomic<bool> g_interrupt{false};
+
+void on_sigint(int) {
+  if (g_generating.load()) {
+    g_interrupt = true;
+    return;
+  }
+  const char nl[] = "\n";
+  (void)!write(STDOUT_FILENO, nl, 1);
+  _exit(0);
+}
+
+struct Style {
+  bool tty;
+  const char* dim() const { return tty ? "\x1b[2m" : ""; }
+  const char* bold() const { return tty ? "\x1b[1m" : ""; }
+  const char* reset() const { return tty ? "\x1b[0m" : ""; }
+};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("%s: cannot open", path.c_str());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void help() {
+  std::printf(
+      "commands: /exit  /reset (forget the conversation)  /think on|off  /effort low|high|max\n"
+      "          /system TEXT (replace the system prompt)  /help\n"
+      "A line ending in \\ continues on the next line. Ctrl-C stops a reply; at the prompt it exits.\n");
+}
+
+}  // namespace
+
+static int cmd_chat(int argc, char** argv) {
+  CLI::App app{"Chat with a Kimi-K3 model in the terminal (same template and output parser as k3 serve).",
+               "k3 chat"};
+  std::string model_path, system_prompt, template_file, tools_file, effort = "max", f16_rule;
+  int64_t n_ctx = 0;
+  int threads = 0, n_predict = 2048;
+  bool no_think = false, show_prompt = false;
+  model::SamplerParams sp{0.8f, 40, 0.95f, 0.05f, 0};
+  int64_t seed = -1;
+  app.add_option("-m,--model", model_path, "GGUF model (default: the built-in synthetic model)");
+  app.add_option("-c,--ctx", n_ctx, "context size (default: min(training context, 4096))");
+  app.add_option("-t,--threads", threads, "threads (default: all cores)");
+  app.add_option("-n,--n-predict", n_predict, "largest reply in tokens")->capture_default_str();
+  app.add_option("-s,--system", system_prompt, "system prompt");
+  app.add_option("--chat-template-file", template_file, "Jinja chat template overriding the model's");
+  app.add_option("--tools", tools_file, "JSON file with an OpenAI tools array to offer the model");
+  app.add_flag("--no-think", no_think, "thinking off");
+  app.add_option("--effort", effort, "thinking effort: low | high | max")->capture_default_str();
+  app.add_option("--temp", sp.temp, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", sp.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", sp.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", sp.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--seed", seed, "sampling seed (default: random)");
+  app.add_option("--f16-rule", f16_rule, "amx | round (default: from the CPU)");
+  app.add_flag("--show-prompt", show_prompt, "print each rendered prompt (debugging)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const Style st{isatty(STDOUT_FILENO) != 0};
+  const bool interactive = isatty(STDIN_FILENO) != 0;
+  sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+
+  if (model_path.empty()) model_path = cli::builtin_model_path();
+  auto m = model::Model::load(model_path);
+  auto tok = tok::Tokenizer::from_metadata(m->meta());
+  std::unique_ptr<jinja::Template> own;
+  if (!template_file.empty()) own = std::make_unique<jinja::Template>(read_text_file(template_file), template_file);
+  else if (auto t = m->meta().get_str_opt("tokenizer.chat_template"); t && !t->empty())
+    own = std::make_unique<jinja::Template>(*t, "tokenizer.chat_template");
+  const jinja::Template& tmpl = own ? *own : chat::builtin_kimi_k3_template();
+  json tools = json::array();
+  if (!tools_file.empty()) {
+    tools = json::parse(read_text_file(tools_file), nullptr, false);
+    if (!tools.is_array()) fail("%s: expected a JSON array of tools", tools_file.c_str());
+  }
+
+  server::EngineOptions eo;
+  eo.parallel = 1;
+  eo.n_ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
+  eo.threads = cli::pick_threads(threads);
+  eo.queue = 1;
+  eo.f16_rule = cli::parse_f16_rule(f16_rule);
+  server::Engine engine(*m, *tok, eo);
+
+  std::signal(SIGINT, on_sigint);
+  std::printf("%sk3 chat%s: %s, context %lld, thinking %s. /help for commands.\n", st.bold(), st.reset(),
+              model_path.c_str(), static_cast<long long>(eo.n_ctx), no_think ? "off" : effort.c_str());
+
+  json history = json::array();
+  for (;;) {
+    if (interactive) std::printf("%s> %s", st.bold(), st.reset()), std::fflush(stdout);
+    std::string line, part;
+    bool got = false;
+    while (std::getline(std::cin, part)) {
+      got = true;
+      if (!part.empty() && part.back() == '\\') {
+        line += part.substr(0, part.size() - 1) + "\n";
+        continue;
+      }
+      line += part;
+      break;
+    }
+    if (!got) break;
+    if (line.empty()) continue;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/help") {
+      help();
+      continue;
+    }
+    if (line == "/reset") {
+      history = json::array();
+      std::printf("(conversation cleared)\n");
+      continue;
+    }
+    if (line == "/think on" || line == "/think off") {
+      no_think = line == "/think off";
+      std::printf("(thinking %s)\n", no_think ? "off" : "on");
+      continue;
+    }
+    if (line.rfind("/effort ", 0) == 0) {
+      effort = line.substr(8);
+      std::printf("(effort %s)\n", effort.c_str());
+      continue;
+    }
+    if (line.rfind("/system ", 0) == 0) {
+      system_prompt = line.substr(8);
+      std::printf("(system prompt set)\n");
+      continue;
+    }
+    if (line[0] == '/') {
+      std::printf("unknown command %s (/help)\n", line.c_str());
+      continue;
+    }
+
+    json msgs = json::array();
+    if (!system_prompt.empty()) msgs.push_back({{"role", "system"}, {"content", system_prompt}});
+    for (const auto& h : history) msgs.push_back(h);
+    msgs.push_back({{"role", "user"}, {"content", line}});
+    json in = {{"messages", chat::normalize_openai_messages(msgs)}, {"add_generation_prompt", true}};
+    if (!tools.empty()) in["tools"] = tools;
+    if (no_think) in["thinking"] = false;
+    else in["thinking_effort"] = effort;
+    std::string prompt;
+    try {
+      prompt = chat::render_chat(tmpl, in);
+    } catch (const std::exception& e) {
+      std::printf("template error: %s\n", e.what());
+      continue;
+    }
+    if (show_prompt) std::printf("%s%s%s\n", st.dim(), prompt.c_str(), st.reset());
+    std::vector<int32_t> ids = tok->encode(prompt, true);
+    if (static_cast<int64_t>(ids.size()) >= eo.n_ctx) {
+      std::printf("the conversation (%zu tokens) no longer fits the context of %lld tokens; /reset to start over\n",
+                  ids.size(), static_cast<long long>(eo.n_ctx));
+      continue;
+    }
+
+    chat::K3ParserOptions po;
+    po.thinking = !no_think;
+    po.tools = tools;
+    chat::K3StreamParser parser(po);
+    server::Detokenizer detok(*tok, true);
+    server::GenRequest gr;
+    gr.prompt = std::move(ids);
+    gr.sampling = sp;
+    ++sp.seed;  // a different draw each turn, reproducible from --seed
+    gr.max_tokens = n_predict;
+    auto task = std::make_shared<server::Task>(std::move(gr));
+    g_interrupt = false;
+    g_generating = true;
+    if (engine.submit(task) != server::Engine::Admit::Ok) fail("the engine refused the request");
+
+    bool in_reasoning = false;
+    size_t calls_shown = 0;
+    auto show = [&](const chat::ChatDelta& d) {
+      if (!d.reasoning_content.empty()) {
+        if (!in_reasoning) std::printf("%s", st.dim());
+        in_reasoning = true;
+        std::fwrite(d.reasoning_content.data(), 1, d.reasoning_content.size(), stdout);
+      }
+      if (!d.content.empty()) {
+        if (in_reasoning) std::printf("%s\n", st.reset());
+        in_reasoning = false;
+        std::fwrite(d.content.data(), 1, d.content.size(), stdout);
+      }
+      std::fflush(stdout);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> got_ids;
+    int n_gen = 0;
+    for (;;) {
+      got_ids.clear();
+      const bool done = task->take(got_ids, std::chrono::milliseconds(50));
+      std::string text;
+      for (int32_t id : got_ids) text += detok.push(id);
+      n_gen += static_cast<int>(got_ids.size());
+      if (done) text += detok.flush();
+      show(parser.feed(text));
+      if (done) break;
+      if (g_interrupt) task->cancel();
+    }
+    g_generating = false;
+    show(parser.finish());
+    if (in_reasoning) std::printf("%s", st.reset());
+    const chat::ChatMessage& msg = parser.message();
+    for (; calls_shown < msg.tool_calls.size(); ++calls_shown)
+      std::printf("\n%s[tool call] %s(%s)%s", st.bold(), msg.tool_calls[calls_shown].name.c_str(),
+                  msg.tool_calls[calls_shown].arguments.c_str(), st.reset());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("\n%s[%d tokens, %.1f tok/s%s%s]%s\n", st.dim(), n_gen, s > 0 ? n_gen / s : 0.0,
+                task->finish() == server::Finish::Length ? ", length limit" : "",
+                g_interrupt ? ", interrupted" : "", st.reset());
+    if (task->finish() == server::Finish::Error) std::printf("error: %s\n", task->error().c_str());
+
+    history.push_back({{"role", "user"}, {"content", line}});
+    json a = {{"role", "assistant"}, {"content", msg.content}};
+    if (!msg.reasoning_content.empty()) a["reasoning_content"] = msg.reasoning_content;
+    if (!msg.tool_calls.empty()) {
+      json calls = json::array();
+      for (size_t i = 0; i < msg.tool_calls.size(); ++i)
+        calls.push_back({{"id", "call_" + std::to_string(history.size()) + "_" + std::to_string(i)},
+                         {"type", "function"},
+                         {"function", {{"name", msg.tool_calls[i].name}, {"arguments", msg.tool_calls[i].arguments}}}});
+      a["tool_calls"] = calls;
+    }
+    history.push_back(a);
+  }
+  return 0;
+}
+
+K3_COMMAND("chat", "interactive terminal chat (same template and parser as serve)", cmd_chat);

@@ -1,0 +1,104 @@
+// k3 serve: the OpenAI-compatible HTTP server (docs/server.md).
+#include <CLI/CLI.hpp>
+#include <pthread.h>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "server/server.h"
+
+using namespace k3;
+
+static int cmd_serve(int argc, char** argv) {
+  CLI::App app{"Serve a Kimi-K3 model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, "
+               "/completion, /v1/models, /health, /metrics, /tokenize, /detokenize).",
+               "k3 serve"};
+  server::ServerOptions o;
+  int http_threads = 0;
+  double max_body_mb = 8;
+  app.add_option("-m,--model", o.model_path, "GGUF model")->required();
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "port (0: any free port, printed on stderr)")->capture_default_str();
+  app.add_option("--alias", o.alias, "model id reported by /v1/models (default: general.name)");
+  app.add_option("-c,--ctx", o.n_ctx, "context size of each slot (default: min(training context, 4096))");
+  app.add_option("-P,--parallel", o.parallel, "sequences generated at once (slots)")->capture_default_str();
+  app.add_option("--queue", o.queue, "requests that may wait for a slot; beyond that 503 (default: 8 x parallel)");
+  app.add_option("-t,--threads", o.threads, "model threads (default: all cores)");
+  app.add_option("-b,--batch", o.n_batch, "prompt tokens per forward pass")->capture_default_str();
+  app.add_option("--max-tokens", o.max_tokens, "largest max_tokens a request may ask for (default: the context size)");
+  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' (default: $K3_API_KEY if set)");
+  app.add_option("--chat-template-file", o.template_file, "Jinja chat template overriding the model's");
+  app.add_option("--f16-rule", o.f16_rule, "amx | round (default: from the CPU)");
+  app.add_option("--temp", o.sampling.temp, "default temperature")->capture_default_str();
+  app.add_option("--top-k", o.sampling.top_k, "default top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", o.sampling.top_p, "default top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", o.sampling.min_p, "default min-p (0: off)")->capture_default_str();
+  app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB (larger: 413)")->capture_default_str();
+  app.add_option("--timeout", o.http.request_timeout_s, "seconds a client has to send a whole request")
+      ->capture_default_str();
+  app.add_option("--idle-timeout", o.http.idle_timeout_s, "keep-alive: seconds to wait for the next request")
+      ->capture_default_str();
+  app.add_option("--http-threads", http_threads, "connection threads (default: parallel + queue + 16)");
+  app.add_option("--shutdown-grace", o.shutdown_grace_s, "on SIGINT/SIGTERM, seconds in-flight requests may finish")
+      ->capture_default_str();
+  app.add_flag("--test-canned", o.test_canned,
+               "TESTS ONLY: accept the k3_canned request field, which makes the model emit given text or ids");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (o.api_key.empty())
+    if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
+  if (o.parallel < 1) fail("--parallel must be >= 1");
+  if (max_body_mb <= 0 || max_body_mb > 1024) fail("--max-body-mb must be in (0, 1024]");
+  o.http.max_body = static_cast<size_t>(max_body_mb * 1024 * 1024);
+  const int queue = o.queue >= 0 ? o.queue : 8 * o.parallel;
+  o.http.threads = http_threads > 0 ? http_threads : o.parallel + queue + 16;
+  o.http.backlog = o.http.threads;
+
+  // Signals are handled by one thread (sigwait); every other thread, created below, blocks them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);  // wakes the signal thread when run() ends on its own
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  server::Server s(o);
+  const int port = s.bind();
+  std::fprintf(stderr, "k3 serve: %s\n", s.describe().c_str());
+  if (o.test_canned) std::fprintf(stderr, "k3 serve: WARNING: --test-canned is on (test mode)\n");
+  std::fprintf(stderr, "k3 serve: listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::thread stopper;
+  std::thread sig_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig == SIGUSR1) return;  // run() ended on its own
+    std::fprintf(stderr, "k3 serve: %s, shutting down (finishing in-flight requests)\n", strsignal(sig));
+    stopper = std::thread([&] { s.shutdown(); });
+    for (;;) {
+      sigwait(&sigs, &sig);
+      if (sig == SIGUSR1) return;
+      std::fprintf(stderr, "k3 serve: second signal, exiting now\n");
+      std::_Exit(130);
+    }
+  });
+
+  s.run();
+  pthread_kill(sig_thread.native_handle(), SIGUSR1);
+  sig_thread.join();
+  if (stopper.joinable()) stopper.join();
+  std::fprintf(stderr, "k3 serve: stopped\n");
+  return 0;
+}
+
+K3_COMMAND("serve", "OpenAI-compatible HTTP server", cmd_serve);

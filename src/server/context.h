@@ -1,0 +1,69 @@
+// What the route handlers of `k3 serve` share (internal to src/server).
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chat/jinja.h"
+#include "model/model.h"
+#include "server/api.h"
+#include "server/engine.h"
+#include "server/http_server.h"
+#include "server/requests.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace k3::server {
+
+class Metrics {
+ public:
+  void count(const std::string& route, int status);
+  // Prometheus text exposition of the request counters, the engine and the process.
+  std::string render(const EngineStats& e, const HttpServer& http, double uptime_s) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, long long> requests_;
+};
+
+struct ServerCtx {
+  ServerOptions opt;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<tok::Tokenizer> tok;
+  std::unique_ptr<jinja::Template> own_template;  // from --chat-template-file or the GGUF
+  const jinja::Template* tmpl = nullptr;
+  std::string template_origin;                    // built-in | gguf | file path
+  std::unique_ptr<Engine> engine;
+  RequestLimits limits;
+  std::string model_id;
+  int64_t created = 0;      // unix time the server started
+  double t_start = 0;       // steady seconds
+  Metrics metrics;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> streams{0};  // responses still being written by a content provider
+};
+
+// Route handlers (they throw ApiError for client errors).
+void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
+void handle_completions(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/completions
+void handle_completion(ServerCtx& c, const httplib::Request& req, httplib::Response& res);   // /completion
+void handle_tokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
+void handle_detokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
+
+// Shared by the handlers.
+void reply_json(httplib::Response& res, const json& j, int status = 200);
+// The prompt must leave room for at least one generated token (400 otherwise).
+void check_context(const ServerCtx& c, size_t n_prompt, const char* param);
+GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g);
+// Maps Engine::submit's refusal to an ApiError (503 with Retry-After via the error handler).
+void check_admit(Engine::Admit a);
+std::string random_id(const char* prefix);
+int64_t unix_now();
+// The SSE event "data: JSON\n\n"; false when the client is gone.
+bool sse(httplib::DataSink& sink, const json& j);
+bool sse_raw(httplib::DataSink& sink, const std::string& data);
+
+}  // namespace k3::server

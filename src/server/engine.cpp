@@ -1,0 +1,279 @@
+#include "server/engine.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace k3::server {
+
+using Clock = std::chrono::steady_clock;
+
+static double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::None: return "none";
+    case Finish::Eog: return "eog";
+    case Finish::Length: return "length";
+    case Finish::Context: return "context";
+    case Finish::Cancelled: return "cancelled";
+    case Finish::Error: return "error";
+  }
+  return "?";
+}
+
+// ---- Task ----
+
+bool Task::take(std::vector<int32_t>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !out_.empty() || finish_ != Finish::None; });
+  out.insert(out.end(), out_.begin(), out_.end());
+  out_.clear();
+  return finish_ != Finish::None;
+}
+
+void Task::cancel() {
+  cancel_ = true;
+  cv_.notify_all();
+}
+
+Finish Task::finish() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return finish_;
+}
+
+std::string Task::error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return error_;
+}
+
+TaskTimes Task::times() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return times_;
+}
+
+void Task::push(int32_t id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    out_.push_back(id);
+    ++times_.n_gen;
+  }
+  cv_.notify_all();
+}
+
+void Task::end(Finish f, std::string error) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (finish_ != Finish::None) return;
+    finish_ = f;
+    error_ = std::move(error);
+    if (t_first_ != Clock::time_point{}) times_.gen_ms = ms_between(t_first_, Clock::now());
+  }
+  cv_.notify_all();
+}
+
+// ---- Engine ----
+
+// Picks the next token: the sampler's, or the next forced one in test mode.
+class TokenSource {
+ public:
+  explicit TokenSource(const GenRequest& r) : r_(r), sampler_(r.sampling) {}
+  // Returns -1 when the forced tokens are exhausted (end of generation).
+  int32_t next(const float* logits, int32_t n_vocab) {
+    if (!r_.forced) return sampler_.sample(logits, n_vocab);
+    return i_ < r_.forced_ids.size() ? r_.forced_ids[i_++] : -1;
+  }
+
+ private:
+  const GenRequest& r_;
+  model::Sampler sampler_;
+  size_t i_ = 0;
+};
+
+struct Engine::Slot {
+  std::shared_ptr<Task> task;
+  std::unique_ptr<model::State> state;
+  std::unique_ptr<TokenSource> src;
+  std::vector<float> logits;
+  size_t pos = 0;      // prompt tokens processed
+  int32_t last = -1;   // token to run next (decode)
+};
+
+Engine::Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOptions& o)
+    : m_(m), tok_(tok), o_(o), pool_(std::max(1, o.threads)) {
+  if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
+  if (o_.n_batch < 1) fail("n_batch must be >= 1");
+  for (int i = 0; i < o_.parallel; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->state = std::make_unique<model::State>(m_.new_state(o_.n_ctx));
+    slots_.push_back(std::move(s));
+  }
+  st_.slots = o_.parallel;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    accepting_ = false;
+    stop_ = true;
+  }
+  cancel_all();
+  cv_.notify_all();
+  thread_.join();
+}
+
+Engine::Admit Engine::submit(const std::shared_ptr<Task>& t) {
+  K3_ASSERT(!t->request().prompt.empty());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!accepting_) return Admit::ShuttingDown;
+    // Room for `parallel` running and `queue` waiting sequences.
+    if (active_ + static_cast<int>(queue_.size()) >= o_.parallel + o_.queue) {
+      ++st_.rejected;
+      return Admit::Overloaded;
+    }
+    t->t_submit_ = Clock::now();
+    queue_.push_back(t);
+    ++st_.requests;
+  }
+  cv_.notify_all();
+  return Admit::Ok;
+}
+
+void Engine::stop_accepting() {
+  std::lock_guard<std::mutex> lk(mu_);
+  accepting_ = false;
+}
+
+bool Engine::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return idle_cv_.wait_for(lk, timeout, [&] { return active_ == 0 && queue_.empty(); });
+}
+
+void Engine::cancel_all() {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& t : queue_) t->cancel();
+  for (auto& s : slots_)
+    if (s->task) s->task->cancel();
+  cv_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineStats s = st_;
+  s.busy = active_;
+  s.queued = static_cast<int>(queue_.size());
+  return s;
+}
+
+void Engine::loop() {
+  bool worked = false;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (worked && active_ == 0 && queue_.empty()) {
+        // Idle again: hand freed per-sequence memory (caches, scratch) back to the system.
+        lk.unlock();
+        malloc_trim(0);
+        lk.lock();
+        worked = false;
+      }
+      cv_.wait(lk, [&] { return stop_ || active_ > 0 || !queue_.empty(); });
+      worked = true;
+      if (stop_ && active_ == 0 && queue_.empty()) return;
+      // Admit waiting tasks into free slots (dropping those cancelled while queued).
+      for (auto& s : slots_) {
+        while (!s->task && !queue_.empty()) {
+          std::shared_ptr<Task> t = std::move(queue_.front());
+          queue_.pop_front();
+          if (t->cancelled()) {
+            ++st_.cancelled;
+            t->end(Finish::Cancelled);
+            continue;
+          }
+          s->task = std::move(t);
+          s->src = std::make_unique<TokenSource>(s->task->request());
+          s->pos = 0;
+          s->last = -1;
+          s->task->t_start_ = Clock::now();
+          {
+            std::lock_guard<std::mutex> tl(s->task->mu_);
+            s->task->times_.queued_ms = ms_between(s->task->t_submit_, s->task->t_start_);
+            s->task->times_.n_prompt = static_cast<int32_t>(s->task->request().prompt.size());
+          }
+          ++active_;
+        }
+      }
+      if (queue_.empty() && active_ == 0) idle_cv_.notify_all();
+      ++st_.steps;
+    }
+    for (auto& s : slots_)
+      if (s->task) step(*s);
+  }
+}
+
+void Engine::step(Slot& s) {
+  Task& t = *s.task;
+  if (t.cancelled()) return release(s, Finish::Cancelled);
+  const GenRequest& r = t.request();
+  const model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
+  try {
+    if (s.pos < r.prompt.size()) {
+      const size_t n = std::min<size_t>(static_cast<size_t>(o_.n_batch), r.prompt.size() - s.pos);
+      const bool last = s.pos + n == r.prompt.size();
+      m_.forward(*s.state, r.prompt.data() + s.pos, static_cast<int64_t>(n), opt,
+                 last ? model::Logits::Last : model::Logits::None, &s.logits);
+      s.pos += n;
+      if (!last) return;
+      const auto now = Clock::now();
+      std::lock_guard<std::mutex> tl(t.mu_);
+      t.times_.prompt_ms = ms_between(t.t_start_, now);
+      t.t_first_ = now;
+    } else {
+      m_.forward(*s.state, &s.last, 1, opt, model::Logits::Last, &s.logits);
+    }
+    const int32_t id = s.src->next(s.logits.data(), m_.n_vocab());
+    if (id < 0 || (!r.ignore_eos && tok_.is_eog(id))) return release(s, Finish::Eog);
+    t.push(id);
+    s.last = id;
+    if (t.times_.n_gen >= r.max_tokens) return release(s, Finish::Length);
+    if (s.state->n_past() >= s.state->n_ctx()) return release(s, Finish::Context);
+  } catch (const std::exception& e) {
+    release(s, Finish::Error, e.what());
+  }
+}
+
+void Engine::release(Slot& s, Finish f, const std::string& error) {
+  std::shared_ptr<Task> t = std::move(s.task);
+  s.task.reset();
+  s.src.reset();
+  s.state->reset();
+  const TaskTimes tt = [&] {
+    std::lock_guard<std::mutex> tl(t->mu_);
+    return t->times_;
+  }();
+  {
+    // The slot is free before the task reports its end.
+    std::lock_guard<std::mutex> lk(mu_);
+    --active_;
+    st_.prompt_tokens += static_cast<long long>(std::min(s.pos, t->request().prompt.size()));
+    st_.generated_tokens += tt.n_gen;
+    st_.prompt_seconds += tt.prompt_ms / 1000.0;
+    if (t->t_first_ != Clock::time_point{}) {
+      st_.gen_seconds += ms_between(t->t_first_, Clock::now()) / 1000.0;
+      st_.ttft_seconds += ms_between(t->t_submit_, t->t_first_) / 1000.0;
+      ++st_.first_tokens;
+    }
+    if (f == Finish::Cancelled) ++st_.cancelled;
+    if (f == Finish::Error) ++st_.errors;
+    if (active_ == 0 && queue_.empty()) idle_cv_.notify_all();
+  }
+  t->end(f, error);
+}
+
+}  // namespace k3::server

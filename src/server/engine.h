@@ -1,0 +1,151 @@
+// The generation engine behind `k3 serve` and `k3 chat`: a fixed number of slots, each with its
+// own model::State, and one scheduler thread that steps every active sequence once per iteration
+// (continuous batching: a request that arrives while others generate takes a free slot at the
+// next iteration; a finished or cancelled one frees its slot at once). Prompts are processed in
+// chunks of n_batch tokens so a long prompt does not stall the other sequences.
+//
+// Today each step calls Model::forward once per active sequence on the shared thread pool; a
+// fused multi-sequence decode (one matmul over all sequences' tokens) is the next step.
+//
+//   auto t = std::make_shared<Task>(GenRequest{prompt_ids, sampling, max_tokens});
+//   if (engine.submit(t) != Engine::Admit::Ok) -> 503
+//   std::vector<int32_t> ids; while (!t->take(ids, 50ms)) { ... }   // tokens as they come
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/model.h"
+#include "model/sampler.h"
+#include "tensor/threadpool.h"
+#include "tokenizer/tokenizer.h"
+
+namespace k3::server {
+
+enum class Finish : uint8_t {
+  None,       // still running
+  Eog,        // an end-of-generation token (or the end of the forced tokens)
+  Length,     // max_tokens reached
+  Context,    // the context is full
+  Cancelled,  // cancel() (client gone, stop string, shutdown)
+  Error,      // the model threw; Task::error() says why
+};
+const char* finish_name(Finish f);
+
+struct GenRequest {
+  std::vector<int32_t> prompt;      // non-empty, shorter than the context
+  model::SamplerParams sampling;
+  int32_t max_tokens = 16;          // >= 1
+  bool ignore_eos = false;
+  // Test mode: these tokens are emitted in order instead of sampled ones (each still goes through
+  // the model like a sampled token), then generation ends as at an end-of-generation token.
+  bool forced = false;
+  std::vector<int32_t> forced_ids;
+};
+
+struct TaskTimes {
+  double queued_ms = 0;  // submit -> slot
+  double prompt_ms = 0;  // prompt processing
+  double gen_ms = 0;     // first token -> end
+  int32_t n_prompt = 0, n_gen = 0;
+};
+
+// One generation, shared by the HTTP handler that submitted it and the scheduler.
+class Task {
+ public:
+  explicit Task(GenRequest r) : req_(std::move(r)) {}
+  const GenRequest& request() const { return req_; }
+
+  // Waits up to `timeout` for news; appends the tokens generated since the last call to `out`.
+  // Returns true once generation has ended and every token has been taken.
+  bool take(std::vector<int32_t>& out, std::chrono::milliseconds timeout);
+  // Asks the scheduler to stop this sequence (or drop it from the queue) and free its slot.
+  void cancel();
+  bool cancelled() const { return cancel_.load(); }
+
+  Finish finish() const;
+  std::string error() const;
+  TaskTimes times() const;
+
+ private:
+  friend class Engine;
+  void push(int32_t id);
+  void end(Finish f, std::string error = {});
+
+  GenRequest req_;
+  std::atomic<bool> cancel_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> out_;
+  Finish finish_ = Finish::None;
+  std::string error_;
+  TaskTimes times_;
+  std::chrono::steady_clock::time_point t_submit_, t_start_, t_first_;
+};
+
+struct EngineOptions {
+  int parallel = 1;        // slots
+  int64_t n_ctx = 4096;    // context of each slot
+  int64_t n_batch = 256;   // prompt tokens per forward call
+  int threads = 1;         // model thread pool
+  int queue = 8;           // tasks waiting for a slot before submit() refuses
+  model::F16Rule f16_rule = model::F16Rule::Round;
+};
+
+struct EngineStats {
+  int slots = 0, busy = 0, queued = 0;
+  long long requests = 0, rejected = 0, cancelled = 0, errors = 0;
+  long long prompt_tokens = 0, generated_tokens = 0;
+  double prompt_seconds = 0, gen_seconds = 0, ttft_seconds = 0;  // sums
+  long long first_tokens = 0;                                     // count of ttft_seconds
+  long long steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOptions& o);
+  ~Engine();  // cancels everything and joins the scheduler
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  enum class Admit { Ok, Overloaded, ShuttingDown };
+  Admit submit(const std::shared_ptr<Task>& t);
+
+  // Shutdown, in steps: refuse new work; then wait for in-flight work (up to a deadline); then
+  // cancel what is left.
+  void stop_accepting();
+  bool wait_idle(std::chrono::milliseconds timeout);
+  void cancel_all();
+
+  const EngineOptions& options() const { return o_; }
+  EngineStats stats() const;
+
+ private:
+  struct Slot;
+  void loop();
+  void step(Slot& s);
+  void release(Slot& s, Finish f, const std::string& error = {});
+
+  const model::Model& m_;
+  const tok::Tokenizer& tok_;
+  EngineOptions o_;
+  ThreadPool pool_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  int active_ = 0;
+  bool accepting_ = true, stop_ = false;
+  EngineStats st_;
+  std::thread thread_;
+};
+
+}  // namespace k3::server

@@ -1,0 +1,188 @@
+// Plain-text endpoints: POST /v1/completions (OpenAI legacy completions), POST /completion
+// (llama.cpp style, prompt as text or raw token ids), POST /tokenize, POST /detokenize.
+#include <chrono>
+
+#include "server/context.h"
+#include "server/generation.h"
+
+namespace k3::server {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TextJob {
+  bool openai = true;  // /v1/completions shape, else /completion
+  std::string id = random_id("cmpl-");
+  int64_t created = unix_now();
+  std::string model;
+  bool include_usage = false, return_tokens = false;
+  std::unique_ptr<Generation> gen;
+  ServerCtx* ctx = nullptr;
+
+  json usage() const {
+    return json{{"prompt_tokens", gen->n_prompt()},
+                {"completion_tokens", gen->n_gen()},
+                {"total_tokens", gen->n_prompt() + gen->n_gen()}};
+  }
+  json timings() const {
+    const TaskTimes t = gen->times();
+    return json{{"prompt_n", gen->n_prompt()},
+                {"prompt_ms", t.prompt_ms},
+                {"predicted_n", gen->n_gen()},
+                {"predicted_ms", t.gen_ms},
+                {"predicted_per_second", t.gen_ms > 0 ? 1000.0 * (gen->n_gen() - 1) / t.gen_ms : 0.0}};
+  }
+  // llama.cpp's stop_type: eos, limit, word.
+  const char* stop_type() const {
+    if (gen->hit_stop_string()) return "word";
+    return std::string(gen->finish_reason()) == "length" ? "limit" : "eos";
+  }
+
+  // One event (streaming) or the whole response body (done, non-streaming).
+  json piece(const std::string& text, const std::vector<int32_t>& ids, bool done) const {
+    if (openai) {
+      json ch = {{"index", 0},
+                 {"text", text},
+                 {"logprobs", nullptr},
+                 {"finish_reason", done ? json(gen->finish_reason()) : json(nullptr)}};
+      json j = {{"id", id},       {"object", "text_completion"}, {"created", created},
+                {"model", model}, {"system_fingerprint", "k3"},  {"choices", json::array({std::move(ch)})}};
+      if (include_usage) j["usage"] = nullptr;
+      return j;
+    }
+    json j = {{"content", text}, {"stop", done}};
+    if (return_tokens) j["tokens"] = ids;
+    if (done) {
+      j["model"] = model;
+      j["tokens_predicted"] = gen->n_gen();
+      j["tokens_evaluated"] = gen->n_prompt();
+      j["stop_type"] = stop_type();
+      j["stopping_word"] = gen->hit_stop_string() ? gen->stop_string() : "";
+      j["timings"] = timings();
+    }
+    return j;
+  }
+};
+
+bool stream_step(TextJob& job, httplib::DataSink& sink) {
+  Generation::Piece p = job.gen->poll(50ms);
+  if (!p.done) {
+    if (!p.text.empty() || (!job.openai && job.return_tokens && !p.ids.empty()))
+      if (!sse(sink, job.piece(p.text, p.ids, false))) return false;
+    return !HttpServer::peer_gone();
+  }
+  if (job.gen->failed()) {
+    sse(sink, error_body(job.ctx->stopping ? 503 : 500, job.gen->error()));
+  } else {
+    json last = job.piece(p.text, p.ids, true);
+    if (job.openai && job.include_usage) last.erase("usage");
+    if (!sse(sink, last)) return false;
+    if (job.openai && job.include_usage) {
+      json u = {{"id", job.id},       {"object", "text_completion"}, {"created", job.created},
+                {"model", job.model}, {"system_fingerprint", "k3"},  {"choices", json::array()},
+                {"usage", job.usage()}};
+      if (!sse(sink, u)) return false;
+    }
+  }
+  if (job.openai && !sse_raw(sink, "[DONE]")) return false;
+  sink.done();
+  return true;
+}
+
+void run_text(ServerCtx& c, CompletionRequest r, bool openai, httplib::Response& res) {
+  std::vector<int32_t> ids = r.prompt_is_ids ? std::move(r.prompt_ids) : c.tok->encode(r.prompt, true);
+  if (ids.empty()) bad_request("prompt", "'prompt' is empty after tokenization");
+  check_context(c, ids.size(), "prompt");
+  auto job = std::make_shared<TextJob>();
+  job->openai = openai;
+  job->ctx = &c;
+  job->model = r.model.empty() ? c.model_id : r.model;
+  job->include_usage = r.gen.include_usage;
+  job->return_tokens = r.return_tokens;
+  job->gen = std::make_unique<Generation>(*c.engine, *c.tok, make_gen_request(c, std::move(ids), r.gen), r.gen.stop,
+                                          false);
+  check_admit(job->gen->submit());
+
+  if (r.gen.stream) {
+    ++c.streams;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream", [job](size_t, httplib::DataSink& sink) { return stream_step(*job, sink); },
+        [job](bool) {
+          job->gen->cancel();
+          --job->ctx->streams;
+        });
+    return;
+  }
+  std::string text;
+  std::vector<int32_t> out_ids;
+  for (;;) {
+    Generation::Piece p = job->gen->poll(100ms);
+    text += p.text;
+    out_ids.insert(out_ids.end(), p.ids.begin(), p.ids.end());
+    if (p.done) break;
+    if (HttpServer::peer_gone()) {
+      job->gen->cancel();
+      res.status = 499;
+      return;
+    }
+  }
+  if (job->gen->failed()) throw ApiError(c.stopping ? 503 : 500, job->gen->error());
+  json out = job->piece(text, out_ids, true);
+  if (openai) {
+    out["usage"] = job->usage();
+    out["timings"] = job->timings();
+  }
+  reply_json(res, out);
+}
+
+}  // namespace
+
+void handle_completions(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
+  run_text(c, parse_completions_request(parse_body(req.body, c.opt.max_json_depth), c.limits), true, res);
+}
+
+void handle_completion(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
+  run_text(c, parse_llama_completion(parse_body(req.body, c.opt.max_json_depth), c.limits), false, res);
+}
+
+void handle_tokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_body(req.body, c.opt.max_json_depth);
+  Fields f(body, "");
+  f.only({"content", "add_special", "parse_special", "with_pieces"});
+  const std::string text = f.str("content", "", true);
+  const bool add_special = f.boolean("add_special", false);
+  const bool parse_special = f.boolean("parse_special", true);
+  const bool with_pieces = f.boolean("with_pieces", false);
+  std::vector<int32_t> ids;
+  if (add_special && c.tok->add_bos() && c.tok->bos() >= 0) ids.push_back(c.tok->bos());
+  for (int32_t id : c.tok->encode(text, parse_special)) ids.push_back(id);
+  json toks = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      toks.push_back(id);
+      continue;
+    }
+    // A piece that is not valid UTF-8 on its own is given as its bytes (as llama.cpp does).
+    const std::string& p = c.tok->piece(id);
+    json piece = p;
+    if (!valid_utf8(p)) {
+      piece = json::array();
+      for (unsigned char ch : p) piece.push_back(ch);
+    }
+    toks.push_back({{"id", id}, {"piece", piece}});
+  }
+  reply_json(res, json{{"tokens", toks}});
+}
+
+void handle_detokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_body(req.body, c.opt.max_json_depth);
+  Fields f(body, "");
+  f.only({"tokens"});
+  const std::vector<int32_t> ids = parse_ids(f.array("tokens"), "tokens", c.tok->n_vocab(), 1u << 20);
+  reply_json(res, json{{"content", c.tok->decode(ids, true)}});
+}
+
+}  // namespace k3::server

@@ -1,0 +1,377 @@
+#include "server/server.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "chat/chat_template.h"
+#include "common/error.h"
+#include "server/context.h"
+
+namespace k3::server {
+
+using Clock = std::chrono::steady_clock;
+
+static double steady_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// ---- helpers shared by the handlers ----
+
+void reply_json(httplib::Response& res, const json& j, int status) {
+  res.status = status;
+  res.set_content(dump(j), "application/json");
+}
+
+void check_context(const ServerCtx& c, size_t n_prompt, const char* param) {
+  if (n_prompt == 0) throw ApiError(400, "the prompt is empty (no tokens)", param);
+  const int64_t n_ctx = c.engine->options().n_ctx;
+  if (static_cast<int64_t>(n_prompt) >= n_ctx)
+    throw ApiError(400,
+                   "the prompt is " + std::to_string(n_prompt) + " tokens, which does not fit the context of " +
+                       std::to_string(n_ctx) +
+                       " tokens (at least one token must be left to generate); shorten it or start the server "
+                       "with a larger -c",
+                   param, "invalid_request_error");
+}
+
+GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g) {
+  GenRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = g.sampling;
+  r.max_tokens = g.max_tokens;
+  r.ignore_eos = g.ignore_eos;
+  if (g.canned.set) {
+    r.forced = true;
+    r.forced_ids = g.canned.is_text ? c.tok->encode(g.canned.text, true) : g.canned.ids;
+  }
+  return r;
+}
+
+void check_admit(Engine::Admit a) {
+  if (a == Engine::Admit::Overloaded)
+    throw ApiError(503, "the server is busy: every slot is generating and the queue is full; retry later", "",
+                   "overloaded_error");
+  if (a == Engine::Admit::ShuttingDown)
+    throw ApiError(503, "the server is shutting down", "", "overloaded_error");
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += digits[rng() % 62];
+  return s;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool sse_raw(httplib::DataSink& sink, const std::string& data) {
+  const std::string ev = "data: " + data + "\n\n";
+  return sink.write(ev.data(), ev.size());
+}
+
+bool sse(httplib::DataSink& sink, const json& j) { return sse_raw(sink, dump(j)); }
+
+// ---- metrics ----
+
+void Metrics::count(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++requests_[{route, status}];
+}
+
+static long long rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  long long pages_total = 0, pages_rss = 0;
+  f >> pages_total >> pages_rss;
+  return pages_rss * sysconf(_SC_PAGESIZE);
+}
+
+std::string Metrics::render(const EngineStats& e, const HttpServer& http, double uptime_s) const {
+  std::ostringstream o;
+  auto num = [](double v) {
+    if (v == static_cast<double>(static_cast<long long>(v))) return std::to_string(static_cast<long long>(v));
+    return strprintf("%.6f", v);
+  };
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << num(v) << '\n';
+  };
+  o << "# HELP k3_requests_total HTTP requests answered, by route and status code.\n"
+       "# TYPE k3_requests_total counter\n";
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [k, n] : requests_)
+      o << "k3_requests_total{route=\"" << k.first << "\",code=\"" << k.second << "\"} " << n << '\n';
+  }
+  metric("k3_generations_total", "counter", "Generations admitted.", static_cast<double>(e.requests));
+  metric("k3_generations_rejected_total", "counter", "Generations refused with 503 (slots and queue full).",
+         static_cast<double>(e.rejected));
+  metric("k3_generations_cancelled_total", "counter", "Generations cancelled (client gone, stop string, shutdown).",
+         static_cast<double>(e.cancelled));
+  metric("k3_generation_errors_total", "counter", "Generations that failed in the model.", static_cast<double>(e.errors));
+  metric("k3_prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(e.prompt_tokens));
+  metric("k3_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(e.generated_tokens));
+  metric("k3_prompt_seconds_total", "counter", "Time spent on prompts (per sequence, summed).", e.prompt_seconds);
+  metric("k3_generation_seconds_total", "counter", "Time from first to last token (per sequence, summed).",
+         e.gen_seconds);
+  o << "# HELP k3_time_to_first_token_seconds Time from admission to the first token.\n"
+       "# TYPE k3_time_to_first_token_seconds summary\n"
+    << "k3_time_to_first_token_seconds_sum " << num(e.ttft_seconds) << "\nk3_time_to_first_token_seconds_count "
+    << e.first_tokens << '\n';
+  metric("k3_scheduler_steps_total", "counter", "Scheduler iterations.", static_cast<double>(e.steps));
+  metric("k3_slots", "gauge", "Sequence slots (--parallel).", e.slots);
+  metric("k3_slots_busy", "gauge", "Slots generating now.", e.busy);
+  metric("k3_queue_depth", "gauge", "Requests waiting for a slot.", e.queued);
+  metric("k3_http_connections", "gauge", "Open HTTP connections.", http.open_connections());
+  metric("k3_http_connections_refused_total", "counter", "Connections refused with 503 (no connection thread).",
+         static_cast<double>(http.refused_connections()));
+  metric("k3_process_resident_memory_bytes", "gauge", "Resident set size.", static_cast<double>(rss_bytes()));
+  const struct mallinfo2 mi = mallinfo2();
+  metric("k3_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (malloc arenas + mmapped blocks).",
+         static_cast<double>(mi.uordblks + mi.hblkhd));
+  metric("k3_uptime_seconds", "gauge", "Seconds since the server started.", uptime_s);
+  return o.str();
+}
+
+// ---- the server ----
+
+static std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("%s: cannot open the chat template file", path.c_str());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
+  ServerCtx& c = *c_;
+  c.opt = opts;
+  c.model = model::Model::load(opts.model_path);
+  c.tok = tok::Tokenizer::from_metadata(c.model->meta());
+  const model::F16Rule rule = opts.f16_rule.empty() ? model::default_f16_rule()
+                              : opts.f16_rule == "amx"  ? model::F16Rule::Amx
+                              : opts.f16_rule == "round" ? model::F16Rule::Round
+                                                         : (fail("--f16-rule: expected amx or round"), model::F16Rule::Round);
+
+  // Chat template: --chat-template-file, else the GGUF's, else k3's built-in Kimi-K3 template.
+  const std::string gguf_template = c.model->meta().get_str_opt("tokenizer.chat_template").value_or("");
+  if (!opts.template_file.empty()) {
+    c.own_template = std::make_unique<jinja::Template>(read_file(opts.template_file), opts.template_file);
+    c.template_origin = opts.template_file;
+  } else if (!gguf_template.empty()) {
+    c.own_template = std::make_unique<jinja::Template>(gguf_template, "tokenizer.chat_template");
+    c.template_origin = "gguf";
+  }
+  c.tmpl = c.own_template ? c.own_template.get() : &chat::builtin_kimi_k3_template();
+  if (!c.own_template) c.template_origin = "built-in kimi-k3";
+
+  EngineOptions eo;
+  eo.parallel = std::max(1, opts.parallel);
+  eo.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(c.model->hparams().n_ctx_train, 4096);
+  eo.n_batch = opts.n_batch;
+  eo.threads = opts.threads > 0 ? opts.threads : ThreadPool::hardware_threads();
+  eo.queue = opts.queue >= 0 ? opts.queue : 8 * eo.parallel;
+  eo.f16_rule = rule;
+  c.engine = std::make_unique<Engine>(*c.model, *c.tok, eo);
+
+  c.limits.max_tokens_cap = opts.max_tokens > 0 ? opts.max_tokens : static_cast<int32_t>(eo.n_ctx);
+  c.limits.default_max_tokens = c.limits.max_tokens_cap;
+  c.limits.max_stops = opts.max_stops;
+  c.limits.allow_canned = opts.test_canned;
+  c.limits.n_vocab = c.tok->n_vocab();
+  c.limits.defaults = opts.sampling;
+
+  if (!opts.alias.empty()) {
+    c.model_id = opts.alias;
+  } else {
+    c.model_id = c.model->meta().get_str_opt("general.name").value_or("");
+    if (c.model_id.empty()) c.model_id = opts.model_path.substr(opts.model_path.find_last_of('/') + 1);
+  }
+  c.created = unix_now();
+  c.t_start = steady_s();
+
+  http_ = std::make_unique<HttpServer>(opts.http);
+  routes();
+}
+
+Server::~Server() {
+  shutdown();
+}
+
+const std::string& Server::model_id() const { return c_->model_id; }
+
+std::string Server::describe() const {
+  const auto& eo = c_->engine->options();
+  return strprintf("model %s (%s), context %lld per slot, %d slot(s), queue %d, %d thread(s), template: %s",
+                   c_->model_id.c_str(), c_->opt.model_path.c_str(), static_cast<long long>(eo.n_ctx), eo.parallel,
+                   eo.queue, eo.threads, c_->template_origin.c_str());
+}
+
+int Server::bind() {
+  const auto& o = c_->opt;
+  int port = o.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(o.host);
+    if (port <= 0) fail("cannot bind %s (any port)", o.host.c_str());
+  } else if (!http_->bind_to_port(o.host, port)) {
+    fail("cannot bind %s:%d (in use, or not a local address?)", o.host.c_str(), port);
+  }
+  http_->widen_accept_queue(1024);
+  return port;
+}
+
+void Server::run() { http_->listen_after_bind(); }
+
+void Server::shutdown() {
+  ServerCtx& c = *c_;
+  if (c.stopping.exchange(true)) return;
+  c.engine->stop_accepting();
+  const auto grace = std::chrono::milliseconds(static_cast<long long>(c.opt.shutdown_grace_s * 1000));
+  c.engine->wait_idle(grace);
+  c.engine->cancel_all();
+  c.engine->wait_idle(std::chrono::seconds(5));
+  // Let content providers write their last events.
+  for (int i = 0; i < 300 && c.streams.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http_->stop();
+}
+
+static std::string route_label(const std::string& path) {
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/v1/models", "/health",
+                                "/metrics", "/tokenize", "/detokenize"};
+  for (const char* k : known)
+    if (path == k) return path;
+  return "other";
+}
+
+static bool ct_equal(const std::string& a, const std::string& b) {
+  unsigned char d = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return d == 0 && !b.empty();
+}
+
+void Server::routes() {
+  ServerCtx* c = c_.get();
+  HttpServer& h = *http_;
+
+  using Fn = void (*)(ServerCtx&, const httplib::Request&, httplib::Response&);
+  auto wrap = [c](Fn fn) {
+    return [c, fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(*c, req, res);
+      } catch (const ApiError& e) {
+        reply_json(res, error_body(e.status, e.what(), e.param, e.type), e.status);
+        if (e.status == 503) res.set_header("Retry-After", "1");
+      } catch (const std::exception& e) {
+        reply_json(res, error_body(500, std::string("internal error: ") + e.what()), 500);
+      }
+    };
+  };
+
+  h.set_pre_routing_handler([c](const httplib::Request& req, httplib::Response& res) {
+    if (c->opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
+    if (bearer && ct_equal(auth.substr(7), c->opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    reply_json(res,
+               error_body(401, auth.empty() ? "missing API key: send the header 'Authorization: Bearer KEY'"
+                                            : "invalid API key"),
+               401);
+    res.set_header("WWW-Authenticate", "Bearer");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  h.set_error_handler([c](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("Connection", "close");
+    if (!res.body.empty()) return;
+    static const char* gets[] = {"/v1/models", "/health", "/metrics"};
+    static const char* posts[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/tokenize", "/detokenize"};
+    std::string allow;
+    for (const char* p : gets)
+      if (req.path == p) allow = "GET";
+    for (const char* p : posts)
+      if (req.path == p) allow = "POST";
+    std::string msg;
+    if (res.status == 400 && HttpServer::headers_too_large()) {
+      res.status = 431;
+      msg = "the request line and headers are larger than " + std::to_string(c->opt.http.max_header_bytes) + " bytes";
+    } else if (res.status == 400 && HttpServer::request_timed_out()) {
+      res.status = 408;
+      msg = "the request did not arrive completely within " + strprintf("%g", c->opt.http.request_timeout_s) + " s";
+    } else if (res.status == 400 && req.method == "POST" && !req.has_header("Content-Length") &&
+               !req.has_header("Transfer-Encoding")) {
+      res.status = 411;
+      msg = "a POST request needs a Content-Length header (or chunked transfer encoding)";
+    } else if (res.status == 400 && HttpServer::request_too_large()) {
+      res.status = 413;
+      msg = "the request body is larger than " + std::to_string(c->opt.http.max_body) + " bytes";
+    } else if (res.status == 404 && !allow.empty()) {
+      res.status = 405;
+      res.set_header("Allow", allow);
+      msg = "method " + req.method + " is not allowed on " + req.path + " (use " + allow + ")";
+    } else if (res.status == 404) {
+      msg = "unknown route: " + req.method + " " + req.path.substr(0, 200);
+    } else if (res.status == 413) {
+      msg = "the request body is larger than " + std::to_string(c->opt.http.max_body) + " bytes";
+    } else if (res.status == 400) {
+      msg = "malformed HTTP request";
+    } else {
+      msg = "HTTP error " + std::to_string(res.status);
+    }
+    reply_json(res, error_body(res.status, msg), res.status);
+  });
+
+  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply_json(res, error_body(500, "internal error: " + what), 500);
+  });
+
+  h.set_observer([c](const httplib::Request& req, const httplib::Response& res) {
+    c->metrics.count(route_label(req.path), res.status);
+  });
+
+  h.Post("/v1/chat/completions", wrap(handle_chat));
+  h.Post("/chat/completions", wrap(handle_chat));
+  h.Post("/v1/completions", wrap(handle_completions));
+  h.Post("/completion", wrap(handle_completion));
+  h.Post("/tokenize", wrap(handle_tokenize));
+  h.Post("/detokenize", wrap(handle_detokenize));
+
+  h.Get("/health", [c](const httplib::Request&, httplib::Response& res) {
+    const EngineStats s = c->engine->stats();
+    json j = {{"status", c->stopping ? "shutting down" : "ok"},
+              {"slots_idle", s.slots - s.busy},
+              {"slots_processing", s.busy},
+              {"queued", s.queued}};
+    reply_json(res, j, c->stopping ? 503 : 200);
+  });
+  h.Get("/v1/models", [c](const httplib::Request&, httplib::Response& res) {
+    json m = {{"id", c->model_id},
+              {"object", "model"},
+              {"created", c->created},
+              {"owned_by", "k3"},
+              {"meta",
+               {{"n_ctx", c->engine->options().n_ctx},
+                {"n_vocab", c->tok->n_vocab()},
+                {"n_ctx_train", c->model->hparams().n_ctx_train},
+                {"parallel", c->engine->options().parallel}}}};
+    reply_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+  });
+  h.Get("/metrics", [c, &h](const httplib::Request&, httplib::Response& res) {
+    res.set_content(c->metrics.render(c->engine->stats(), h, steady_s() - c->t_start), "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace k3::server

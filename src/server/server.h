@@ -1,0 +1,64 @@
+// `k3 serve`: an OpenAI-compatible HTTP server over one Kimi-K3 model (docs/server.md).
+//
+//   k3::server::Server s(opts);      // loads model, tokenizer, chat template; starts the engine
+//   int port = s.bind();             // host:port (port 0: any free port)
+//   std::thread t([&] { s.run(); });
+//   ...; s.shutdown();                // graceful: finish or cancel in-flight requests, then stop
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/sampler.h"
+#include "server/http_server.h"
+
+namespace k3::server {
+
+struct ServerOptions {
+  std::string model_path;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string alias;          // model id reported by /v1/models (default: general.name or the file name)
+  int64_t n_ctx = 0;          // context per slot (0: min(training context, 4096))
+  int parallel = 1;           // slots
+  int queue = -1;             // requests waiting for a slot (-1: 8 x parallel); beyond: 503
+  int threads = 0;            // model threads (0: all cores)
+  int64_t n_batch = 256;      // prompt tokens per forward call
+  int32_t max_tokens = 0;     // cap on max_tokens (0: the context size)
+  std::string api_key;        // empty: no authentication
+  std::string template_file;  // overrides the GGUF's chat template (default: k3's built-in K3 template)
+  std::string f16_rule;       // "" (from the CPU), "amx" or "round"
+  bool test_canned = false;   // accept the test-only k3_canned request field
+  int max_json_depth = 64;
+  size_t max_stops = 16;
+  double shutdown_grace_s = 10;  // on shutdown, in-flight requests get this long to finish
+  model::SamplerParams sampling{0.8f, 40, 0.95f, 0.05f, 0};  // defaults for fields a request omits
+  HttpLimits http;
+};
+
+struct ServerCtx;
+
+class Server {
+ public:
+  explicit Server(const ServerOptions& opts);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int bind();  // throws k3::Error when the address cannot be bound
+  void run();  // serves until shutdown()
+  // Stops accepting generation requests (503), lets in-flight ones finish for up to
+  // shutdown_grace_s, cancels the rest, then closes the listener and every connection.
+  // Thread-safe and idempotent; returns when run() can return.
+  void shutdown();
+
+  const std::string& model_id() const;
+  std::string describe() const;  // one line: model, context, slots, template
+
+ private:
+  void routes();
+  std::unique_ptr<ServerCtx> c_;
+  std::unique_ptr<HttpServer> http_;
+};
+
+}  // namespace k3::server

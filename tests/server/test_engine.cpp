@@ -1,0 +1,165 @@
+// The generation engine: continuous batching gives each sequence exactly what it gets alone;
+// forced (canned) tokens, limits, cancellation, overload and shutdown.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "helpers.h"
+#include "server/engine.h"
+
+using namespace k3;
+using namespace k3::server;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<int32_t> run_to_end(const std::shared_ptr<Task>& t) {
+  std::vector<int32_t> ids;
+  while (!t->take(ids, 1000ms)) {
+  }
+  return ids;
+}
+
+GenRequest request(const std::string& text, int max_tokens, uint64_t seed, float temp = 0.8f) {
+  const auto& m = test::tiny_model();
+  GenRequest r;
+  r.prompt = m.tok->encode(text, true);
+  r.sampling = {temp, 40, 0.95f, 0.05f, seed};
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+EngineOptions opts(int parallel, int queue, int64_t n_ctx = 512) {
+  EngineOptions o;
+  o.parallel = parallel;
+  o.queue = queue;
+  o.n_ctx = n_ctx;
+  o.n_batch = 16;  // several prompt chunks, interleaved with other sequences' decode steps
+  o.threads = 1;
+  return o;
+}
+
+}  // namespace
+
+TEST(Engine, ConcurrentSequencesMatchSolo) {
+  const auto& m = test::tiny_model();
+  const char* prompts[] = {"The lighthouse keeper", "Once upon a time in a land far away, there lived", "abc",
+                           "Numbers: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15"};
+  std::vector<std::vector<int32_t>> solo;
+  {
+    Engine e(*m.model, *m.tok, opts(1, 8));
+    for (int i = 0; i < 4; ++i) {
+      auto t = std::make_shared<Task>(request(prompts[i], 24 + 5 * i, 100 + i));
+      ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+      solo.push_back(run_to_end(t));
+      EXPECT_EQ(t->finish(), Finish::Length);
+      EXPECT_EQ(static_cast<int>(solo.back().size()), 24 + 5 * i);
+    }
+  }
+  Engine e(*m.model, *m.tok, opts(3, 8));  // 3 slots for 4 requests: one joins when a slot frees
+  std::vector<std::shared_ptr<Task>> tasks;
+  for (int i = 0; i < 4; ++i) {
+    tasks.push_back(std::make_shared<Task>(request(prompts[i], 24 + 5 * i, 100 + i)));
+    ASSERT_EQ(e.submit(tasks.back()), Engine::Admit::Ok);
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(run_to_end(tasks[i]), solo[i]) << "sequence " << i;
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.requests, 4);
+  EXPECT_EQ(s.busy, 0);
+  EXPECT_GT(s.generated_tokens, 0);
+}
+
+TEST(Engine, ForcedTokensThenEnd) {
+  const auto& m = test::tiny_model();
+  Engine e(*m.model, *m.tok, opts(2, 4));
+  GenRequest r = request("Hi", 100, 1);
+  r.ignore_eos = false;
+  r.forced = true;
+  r.forced_ids = m.tok->encode("Hello<|open|>tools<|sep|>", true);
+  auto t = std::make_shared<Task>(r);
+  ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+  EXPECT_EQ(run_to_end(t), r.forced_ids);
+  EXPECT_EQ(t->finish(), Finish::Eog);
+
+  // An end-of-generation id among the forced ones ends generation there (and is not emitted).
+  r.forced_ids = {m.tok->encode("A", false)[0], m.tok->eos(), m.tok->encode("B", false)[0]};
+  t = std::make_shared<Task>(r);
+  ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+  EXPECT_EQ(run_to_end(t), std::vector<int32_t>{r.forced_ids[0]});
+  EXPECT_EQ(t->finish(), Finish::Eog);
+
+  // max_tokens cuts forced output too.
+  r.forced_ids = m.tok->encode("abcdefgh", false);
+  r.max_tokens = 3;
+  t = std::make_shared<Task>(r);
+  ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+  EXPECT_EQ(run_to_end(t).size(), 3u);
+  EXPECT_EQ(t->finish(), Finish::Length);
+}
+
+TEST(Engine, ContextFull) {
+  const auto& m = test::tiny_model();
+  Engine e(*m.model, *m.tok, opts(1, 1, 64));
+  GenRequest r = request("", 1000, 1);
+  r.prompt.assign(60, m.tok->encode("a", false)[0]);
+  auto t = std::make_shared<Task>(r);
+  ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+  // Tokens sampled at positions 59..63: the last one is returned but never fed.
+  EXPECT_EQ(run_to_end(t).size(), 5u);
+  EXPECT_EQ(t->finish(), Finish::Context);
+}
+
+TEST(Engine, CancelFreesSlotAtOnce) {
+  const auto& m = test::tiny_model();
+  Engine e(*m.model, *m.tok, opts(1, 4, 4096));
+  auto long_task = std::make_shared<Task>(request("The lighthouse keeper", 4000, 1));
+  ASSERT_EQ(e.submit(long_task), Engine::Admit::Ok);
+  std::vector<int32_t> got;
+  while (got.size() < 5) long_task->take(got, 1000ms);
+  auto next = std::make_shared<Task>(request("abc", 8, 2));
+  ASSERT_EQ(e.submit(next), Engine::Admit::Ok);
+  const auto t0 = std::chrono::steady_clock::now();
+  long_task->cancel();
+  EXPECT_EQ(run_to_end(next).size(), 8u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  while (!long_task->take(got, 100ms)) {
+  }
+  EXPECT_EQ(long_task->finish(), Finish::Cancelled);
+  EXPECT_LT(got.size(), 4000u);
+  EXPECT_EQ(e.stats().cancelled, 1);
+}
+
+TEST(Engine, OverloadAndShutdown) {
+  const auto& m = test::tiny_model();
+  Engine e(*m.model, *m.tok, opts(1, 1, 4096));
+  auto a = std::make_shared<Task>(request("a", 3000, 1));
+  auto b = std::make_shared<Task>(request("b", 3000, 2));
+  auto c = std::make_shared<Task>(request("c", 3000, 3));
+  ASSERT_EQ(e.submit(a), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(b), Engine::Admit::Ok);  // waits in the queue
+  EXPECT_EQ(e.submit(c), Engine::Admit::Overloaded);
+  EXPECT_EQ(e.stats().rejected, 1);
+  e.stop_accepting();
+  EXPECT_EQ(e.submit(c), Engine::Admit::ShuttingDown);
+  EXPECT_FALSE(e.wait_idle(10ms));
+  e.cancel_all();
+  EXPECT_TRUE(e.wait_idle(5s));
+  EXPECT_EQ(a->finish(), Finish::Cancelled);
+  EXPECT_EQ(b->finish(), Finish::Cancelled);
+}
+
+TEST(Engine, SeededSamplingIsReproducible) {
+  const auto& m = test::tiny_model();
+  Engine e(*m.model, *m.tok, opts(2, 4));
+  auto a = std::make_shared<Task>(request("Seeds", 32, 42, 1.0f));
+  auto b = std::make_shared<Task>(request("Seeds", 32, 42, 1.0f));
+  auto c = std::make_shared<Task>(request("Seeds", 32, 43, 1.0f));
+  ASSERT_EQ(e.submit(a), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(b), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(c), Engine::Admit::Ok);
+  const auto ra = run_to_end(a), rb = run_to_end(b), rc = run_to_end(c);
+  EXPECT_EQ(ra, rb);
+  EXPECT_NE(ra, rc);
+}
