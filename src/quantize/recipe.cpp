@@ -1,0 +1,205 @@
+#include "quantize/recipe.h"
+
+#include <cctype>
+#include <map>
+
+#include "common/error.h"
+#include "model/hparams.h"
+#include "model/registry.h"
+#include "tensor/quant_ref.h"
+
+namespace k3::quant {
+
+const char* class_name(TensorClass c) {
+  switch (c) {
+    case TensorClass::Embedding: return "embedding";
+    case TensorClass::Output: return "output";
+    case TensorClass::Attention: return "attention";
+    case TensorClass::Ffn: return "ffn";
+    case TensorClass::SharedExperts: return "shared_experts";
+    case TensorClass::Experts: return "experts";
+    case TensorClass::KeepF32: return "f32_kept";
+  }
+  return "?";
+}
+
+namespace {
+
+using T = GgmlType;
+
+// llama_ftype values for general.file_type (gguf-contract.md §3.1).
+Recipe plain(T t, uint32_t ftype, const char* desc) { return Recipe{type_name(t), t, t, {}, ftype, desc}; }
+
+// attn_k_b / attn_v_b stay BF16 in the K3 recipes: llama.cpp's AMX path mishandles F16 and Q8_0
+// there (model.md §9), and they are small.
+const char* kKbVb = "attn_k_b|attn_v_b";
+
+std::vector<Recipe> make_recipes() {
+  std::vector<Recipe> r = {
+      plain(T::F32, 0, "32 bpw, all matrices F32"),
+      plain(T::F16, 1, "16 bpw"),
+      plain(T::BF16, 32, "16 bpw"),
+      plain(T::Q8_0, 7, "8.5 bpw"),
+      plain(T::Q6_K, 18, "6.56 bpw (fallback Q8_0)"),
+      plain(T::Q5_K, 16, "5.5 bpw (fallback Q5_1)"),
+      plain(T::Q5_1, 9, "6 bpw"),
+      plain(T::Q5_0, 8, "5.5 bpw"),
+      plain(T::Q4_K, 14, "4.5 bpw (fallback Q5_0)"),
+      plain(T::Q4_1, 3, "5 bpw"),
+      plain(T::Q4_0, 2, "4.5 bpw"),
+      plain(T::IQ4_XS, 30, "4.25 bpw (fallback IQ4_NL)"),
+      plain(T::IQ4_NL, 25, "4.5 bpw"),
+      plain(T::MXFP4, 38, "4.25 bpw, every matrix MXFP4"),
+      plain(T::Q3_K, 11, "3.44 bpw (fallback Q4_0)"),
+      plain(T::Q2_K, 10, "2.63 bpw (fallback Q4_0)"),
+  };
+  r.push_back({"MXFP4_MOE", T::Q8_0, T::MXFP4, {{kKbVb, T::BF16}}, 38,
+               "MXFP4 routed experts (lossless from the checkpoint), Q8_0 everything else"});
+  r.push_back({"Q4_K_K3", T::Q6_K, T::Q4_K, {{kKbVb, T::BF16}}, 15, "Q4_K routed experts, Q6_K everything else"});
+  r.push_back({"Q3_K_K3", T::Q5_K, T::Q3_K, {{kKbVb, T::BF16}}, 12, "Q3_K routed experts, Q5_K everything else"});
+  r.push_back({"Q2_K_K3", T::Q4_K, T::Q2_K, {{kKbVb, T::BF16}}, 10, "Q2_K routed experts, Q4_K everything else"});
+  return r;
+}
+
+bool iequals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+std::string recipe_names() {
+  std::string s;
+  for (const auto& r : recipes()) s += (s.empty() ? "" : ", ") + r.name;
+  return s;
+}
+
+}  // namespace
+
+const std::vector<Recipe>& recipes() {
+  static const std::vector<Recipe> r = make_recipes();
+  return r;
+}
+
+const Recipe& recipe_by_name(const std::string& name) {
+  for (const auto& r : recipes())
+    if (iequals(r.name, name)) return r;
+  fail("unknown quantization type '%s' (valid: %s)", name.c_str(), recipe_names().c_str());
+}
+
+GgmlType parse_out_type(const std::string& name, const char* what) {
+  const TypeInfo* t = type_by_name(name);
+  if (!t || !ref::can_quantize(t->type)) {
+    std::string valid;
+    for (const auto& r : recipes())
+      if (r.rules.empty() && r.dense == r.experts) valid += (valid.empty() ? "" : ", ") + std::string(type_name(r.dense));
+    fail("%s: unknown or unwritable type '%s' (valid: %s)", what, name.c_str(), valid.c_str());
+  }
+  return t->type;
+}
+
+UserRule parse_rule(const std::string& text) {
+  const size_t eq = text.rfind('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    fail("--tensor-type: expected REGEX=TYPE, got '%s'", text.c_str());
+  UserRule r;
+  r.text = text;
+  const std::string pattern = text.substr(0, eq);
+  try {
+    r.re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail("--tensor-type '%s': bad regular expression '%s' (%s)", text.c_str(), pattern.c_str(), e.what());
+  }
+  r.type = parse_out_type(text.substr(eq + 1), ("--tensor-type '" + text + "'").c_str());
+  return r;
+}
+
+Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<UserRule>& rules) {
+  const std::string& path = in.files().front()->path();
+  const auto arch = in.meta().get_str_opt("general.architecture");
+  if (!arch || *arch != model::kArch)
+    fail("%s: general.architecture is '%s', the quantizer handles '%s' models", path.c_str(),
+         arch ? arch->c_str() : "(missing)", model::kArch);
+  model::HParams hp;
+  try {
+    hp = model::HParams::from_metadata(in.meta());
+  } catch (const Error& e) {
+    fail("%s: %s", path.c_str(), e.what());
+  }
+  model::bind_weights(in, hp);  // every tensor present, expected, of the right shape and a computable type
+
+  std::map<std::string, const model::TensorDef*, std::less<>> defs;
+  model::for_each_tensor(hp, [&](const model::TensorRef& r) { defs[r.name] = &r.def; });
+
+  std::vector<std::regex> recipe_res;
+  for (const auto& [pat, t] : recipe.rules) recipe_res.emplace_back(pat, std::regex::ECMAScript);
+  std::vector<int> hits(rules.size(), 0), kept_hits(rules.size(), 0), raw_hits(rules.size(), 0);
+
+  Plan plan;
+  plan.file_type = recipe.file_type;
+  for (const gguf::TensorInfo* ti : in.tensors()) {
+    const model::TensorDef& def = *defs.at(ti->name);
+    TensorPlan tp;
+    tp.src = ti;
+    const bool keep = def.types == model::TypeRule::KeepF32 || ti->n_dims == 1;
+    if (keep) {
+      tp.cls = TensorClass::KeepF32;
+      tp.type = GgmlType::F32;
+      tp.why = "keep f32";
+      for (size_t i = 0; i < rules.size(); ++i)
+        if (std::regex_search(ti->name, rules[i].re)) ++kept_hits[i];
+    } else {
+      const std::string& name = ti->name;
+      if (def.types == model::TypeRule::Experts) tp.cls = TensorClass::Experts;
+      else if (name.find("_shexp") != std::string::npos) tp.cls = TensorClass::SharedExperts;
+      else if (name == "token_embd.weight") tp.cls = TensorClass::Embedding;
+      else if (name == "output.weight") tp.cls = TensorClass::Output;
+      else if (def.scope == model::Scope::KDA || def.scope == model::Scope::MLA) tp.cls = TensorClass::Attention;
+      else tp.cls = TensorClass::Ffn;
+
+      GgmlType want = tp.cls == TensorClass::Experts ? recipe.experts : recipe.dense;
+      tp.why = "recipe";
+      for (size_t i = 0; i < rules.size(); ++i)
+        if (std::regex_search(name, rules[i].re)) ++raw_hits[i];
+      bool matched = false;
+      for (size_t i = 0; i < rules.size() && !matched; ++i)
+        if (std::regex_search(name, rules[i].re)) {
+          want = rules[i].type;
+          tp.why = "rule '" + rules[i].text + "'";
+          ++hits[i];
+          matched = true;
+        }
+      for (size_t i = 0; i < recipe_res.size() && !matched; ++i)
+        if (std::regex_search(name, recipe_res[i])) {
+          want = recipe.rules[i].second;
+          tp.why = "recipe rule '" + recipe.rules[i].first + "'";
+          matched = true;
+        }
+      tp.type = model::fallback_type(want, ti->ne[0]);
+      if (tp.type != want)
+        tp.why += strprintf(", fallback %s -> %s (ne0 %lld)", type_name(want), type_name(tp.type),
+                            static_cast<long long>(ti->ne[0]));
+      std::string why;
+      if (!model::type_allowed(def, tp.type, ti->ne[0], &why))
+        fail("tensor '%s': cannot store it as %s: %s", name.c_str(), type_name(tp.type), why.c_str());
+    }
+    tp.out_bytes = row_size(tp.type, ti->ne[0]) * static_cast<uint64_t>(ti->ne[1] * ti->ne[2] * ti->ne[3]);
+    plan.in_bytes += ti->nbytes;
+    plan.out_bytes += tp.out_bytes;
+    plan.n_elements += static_cast<uint64_t>(ti->nelements());
+    plan.tensors.push_back(std::move(tp));
+  }
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (raw_hits[i] == 0 && kept_hits[i] == 0)
+      plan.warnings.push_back(strprintf("--tensor-type '%s' matches no tensor", rules[i].text.c_str()));
+    else if (raw_hits[i] == 0)
+      plan.warnings.push_back(strprintf("--tensor-type '%s' matches only tensors kept in f32 (%d); it has no effect",
+                                        rules[i].text.c_str(), kept_hits[i]));
+    else if (hits[i] == 0)
+      plan.warnings.push_back(strprintf("--tensor-type '%s': every tensor it matches is taken by an earlier rule",
+                                        rules[i].text.c_str()));
+  }
+  return plan;
+}
+
+}  // namespace k3::quant
