@@ -16,11 +16,13 @@
 namespace k3::model {
 
 class Trace;
+class MatmulObserver;
 
 struct RunOptions {
   ThreadPool* pool = nullptr;         // required
   F16Rule f16_rule = F16Rule::Round;  // see ops.h; Model::load sets the default from the CPU
   Trace* trace = nullptr;             // named intermediates (debug)
+  MatmulObserver* observer = nullptr; // every matrix product's input (imatrix)
 };
 
 enum class Logits : uint8_t { None, Last, All };

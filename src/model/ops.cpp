@@ -50,6 +50,7 @@ static void linear_f16_as_f32(Ctx& ctx, const WeightView& w, const float* x, int
 
 void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
   if (T <= 0) return;
+  if (ctx.observer) ctx.observer->on_matmul(w, x, T);
   if (w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx && w.ne1 % 32 == 0 && w.ne0 % 16 == 0) {
     linear_f16_as_f32(ctx, w, x, T, y);
     return;

@@ -24,10 +24,21 @@ enum class F16Rule : uint8_t { Round, Amx };
 F16Rule default_f16_rule();
 
 // What every block needs besides weights and state: threads, policies, optional trace.
+// Sees the input of every matrix product (importance-matrix collection, activation statistics).
+class MatmulObserver {
+ public:
+  virtual ~MatmulObserver() = default;
+  // Before y = W x: w is the 2-D weight (for a 3-D stack, one expert or head: w.data points into the
+  // mapped tensor), x holds T rows of w.ne0 floats.
+  virtual void on_matmul(const WeightView& w, const float* x, int64_t T) = 0;
+};
+#define K3_HAS_MATMUL_OBSERVER 1
+
 struct Ctx {
   ThreadPool& pool;
   F16Rule f16_rule = F16Rule::Round;
   Trace* trace = nullptr;
+  MatmulObserver* observer = nullptr;
 };
 
 // fn(begin, end) over [0, n) on the pool, or inline when n * cost (rough flops) is too small for
