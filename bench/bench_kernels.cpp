@@ -5,8 +5,6 @@
 //   bench_kernels --benchmark_filter='matvec|membw' the bandwidth acceptance only
 // vec_dot/<type>/ggml-<variant> rows run llama.cpp's own kernel (dlopen) on the same inputs.
 #include <benchmark/benchmark.h>
-#include <emmintrin.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +18,7 @@
 #include "../tests/tensor/ggml_cpu_oracle.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
+#include "tensor/membw.h"
 #include "tensor/threadpool.h"
 
 namespace k3 {
@@ -51,21 +50,6 @@ std::vector<uint8_t> quantized(T t, const std::vector<float>& x) {
   quantize_rows(t, x.data(), b.data(), 1, static_cast<int64_t>(x.size()), nullptr);
   return b;
 }
-
-// Page-aligned buffer on transparent huge pages where the kernel allows it.
-struct BigBuffer {
-  uint8_t* p = nullptr;
-  size_t n = 0;
-  explicit BigBuffer(size_t bytes) : n(bytes) {
-    constexpr size_t kAlign = size_t{2} << 20;
-    p = static_cast<uint8_t*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
-    if (!p) std::abort();
-    madvise(p, bytes, MADV_HUGEPAGE);
-  }
-  ~BigBuffer() { std::free(p); }
-  BigBuffer(const BigBuffer&) = delete;
-  BigBuffer& operator=(const BigBuffer&) = delete;
-};
 
 // ---- per-row kernels ----------------------------------------------------------------------------
 
@@ -125,43 +109,15 @@ void BM_from_float(benchmark::State& st, T t, Isa isa) {
 
 // ---- memory bandwidth -------------------------------------------------------------------------
 
-constexpr size_t kProbeBytes = size_t{1} << 30;
-
-// Sum of 64-bit words over [p, p+n): a read stream with enough independent adds to keep up.
-uint64_t stream_sum(const uint8_t* p, size_t n) {
-  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm_add_epi64(a0, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i)));
-    a1 = _mm_add_epi64(a1, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16)));
-    a2 = _mm_add_epi64(a2, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 32)));
-    a3 = _mm_add_epi64(a3, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 48)));
-  }
-  const __m128i s = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
-  return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
-}
+constexpr size_t kProbeBytes = kMembwProbeBytes;
 
 const BigBuffer& probe_buffer() {
-  static const BigBuffer* buf = [] {
-    auto* b = new BigBuffer(kProbeBytes);
-    std::memset(b->p, 1, b->n);
-    return b;
-  }();
+  static const BigBuffer* buf = new BigBuffer(kProbeBytes);
   return *buf;
 }
 
 // Seconds for one multi-threaded pass over the probe buffer.
-double probe_pass(ThreadPool& pool) {
-  const BigBuffer& b = probe_buffer();
-  std::vector<uint64_t> sums(pool.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  pool.run([&](int ith, int nth) {
-    const size_t chunk = b.n / nth / 64 * 64;
-    sums[ith] = stream_sum(b.p + chunk * ith, chunk);
-  });
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  benchmark::DoNotOptimize(sums.data());
-  return s;
-}
+double probe_pass(ThreadPool& pool) { return read_pass(pool, probe_buffer()); }
 
 void BM_membw(benchmark::State& st) {
   const int threads = static_cast<int>(st.range(0));
@@ -198,7 +154,7 @@ const BigMatrix& big_matrix(T t) {
   m = BigMatrix{t, ne1, std::make_unique<BigBuffer>(row * ne1)};
   std::vector<std::vector<uint8_t>> rows;
   for (uint32_t s = 0; s < 16; ++s) rows.push_back(quantized(t, random_floats(kRow, 100 + s)));
-  for (int64_t r = 0; r < ne1; ++r) std::memcpy(m.buf->p + r * row, rows[r % rows.size()].data(), row);
+  for (int64_t r = 0; r < ne1; ++r) std::memcpy(m.buf->data() + r * row, rows[r % rows.size()].data(), row);
   return m;
 }
 
@@ -209,7 +165,7 @@ const BigMatrix& big_matrix(T t) {
 void BM_matvec(benchmark::State& st, T t, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   const BigMatrix& m = big_matrix(t);
-  const WeightView w{t, m.buf->p, kRow, m.ne1, row_size(t, kRow)};
+  const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
   const double bytes = static_cast<double>(w.nb1) * static_cast<double>(m.ne1);
   const std::vector<float> x = random_floats(kRow, 5);
   std::vector<float> y(m.ne1);

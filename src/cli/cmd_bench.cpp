@@ -1,0 +1,350 @@
+// k3 bench: prompt-processing and generation speed like llama-bench, plus the weight bytes read per
+// generated token, the memory read bandwidth measured in the same run (fraction of roofline), RSS,
+// and optionally a per-op time profile (--profile).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/model_cli.h"
+#include "common/error.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/trace.h"
+#include "tensor/membw.h"
+
+using namespace k3;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Stat {
+  double mean = 0, stddev = 0;
+};
+Stat stat(const std::vector<double>& xs) {
+  Stat s;
+  if (xs.empty()) return s;
+  for (double x : xs) s.mean += x;
+  s.mean /= static_cast<double>(xs.size());
+  if (xs.size() > 1) {
+    double v = 0;
+    for (double x : xs) v += (x - s.mean) * (x - s.mean);
+    s.stddev = std::sqrt(v / static_cast<double>(xs.size() - 1));
+  }
+  return s;
+}
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+// Weight bytes one single-token forward pass reads. Every tensor is read whole except the token
+// embedding (one row) and the routed expert stacks: a decoded token selects exactly k distinct
+// experts of E in each MoE layer and every expert of a stack has the same size, so the count is
+// exact for every token, not an expectation.
+struct DecodeBytes {
+  double trunk = 0, embd_row = 0, lm_head = 0, experts = 0;
+  double total() const { return trunk + embd_row + lm_head + experts; }
+};
+DecodeBytes decode_bytes(const model::Model& m) {
+  DecodeBytes b;
+  const model::HParams& hp = m.hparams();
+  const model::Weights& w = m.weights();
+  model::for_each_tensor(hp, [&](const model::TensorRef& r) {
+    const model::Tensor& t = r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+    if (!t) return;
+    const double bytes = static_cast<double>(t.info->nbytes);
+    if (r.def.global == &model::Weights::token_embd) b.embd_row += static_cast<double>(t.row_bytes());
+    else if (r.def.global == &model::Weights::output) b.lm_head += bytes;
+    else if (r.def.transform == model::Transform::StackExperts)
+      b.experts += bytes * hp.n_expert_used[r.il] / static_cast<double>(t.ne[2]);
+    else b.trunk += bytes;
+  });
+  return b;
+}
+
+// Resident set from /proc/self/status, bytes (0 where a field is missing).
+struct Rss {
+  double current = 0, peak = 0, anon = 0, file = 0;
+};
+Rss read_rss() {
+  Rss r;
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  double kb = 0;
+  while (f >> key) {
+    if (key == "VmRSS:" || key == "VmHWM:" || key == "RssAnon:" || key == "RssFile:") {
+      f >> kb;
+      const double bytes = kb * 1024.0;
+      if (key == "VmRSS:") r.current = bytes;
+      else if (key == "VmHWM:") r.peak = bytes;
+      else if (key == "RssAnon:") r.anon = bytes;
+      else r.file = bytes;
+    }
+    f.ignore(1 << 20, '\n');
+  }
+  return r;
+}
+
+double state_bytes(const model::State& st) {
+  double n = 0;
+  for (const auto& l : st.layers) n += static_cast<double>(l.conv.capacity() + l.rec.capacity() + l.kv.capacity());
+  return n * sizeof(float);
+}
+
+// Reads one byte per page of every mapped file so no timed pass pays page faults (llama.cpp maps
+// with MAP_POPULATE for the same reason). Returns seconds.
+double prefault(const model::Model& m) {
+  const auto t0 = Clock::now();
+  volatile uint8_t sink = 0;
+  for (const auto& f : m.file().files())
+    for (size_t i = 0; i < f->size(); i += 4096) sink = sink + f->base()[i];
+  return seconds_since(t0);
+}
+
+// Time between consecutive named intermediates, summed by name over the layers of one forward pass:
+// the time of the ops that produced each intermediate (docs/performance.md lists what each name
+// covers). Over several passes each op reports its median per pass, so one preemption of the
+// process (the host is shared) does not dominate.
+class TimerTrace : public model::Trace {
+ public:
+  void start() {
+    for (auto& [_, e] : ops_) e.per_pass.push_back(0.0);
+    ++passes_;
+    last_ = Clock::now();
+  }
+  void record(const char* name, int, const float*, int64_t, int64_t) override {
+    const auto now = Clock::now();
+    auto& e = ops_[name];
+    if (e.per_pass.size() < passes_) e.per_pass.resize(passes_, 0.0);
+    e.per_pass.back() += std::chrono::duration<double>(now - last_).count();
+    e.calls += 1;
+    last_ = now;
+  }
+  // ms per token = median over passes of the op's time in a pass / tokens per pass.
+  json report(double tokens_per_pass) const {
+    std::vector<std::pair<std::string, double>> v;
+    double total = 0;
+    for (const auto& [name, e] : ops_) {
+      const double s = median(e.per_pass);
+      v.emplace_back(name, s);
+      total += s;
+    }
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    json j = json::array();
+    for (const auto& [name, s] : v)
+      j.push_back({{"op", name}, {"ms_per_token", s * 1e3 / tokens_per_pass}, {"share", total > 0 ? s / total : 0.0},
+                   {"calls_per_pass", ops_.at(name).calls / static_cast<double>(passes_)}});
+    return j;
+  }
+
+ private:
+  struct Entry {
+    std::vector<double> per_pass;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Entry> ops_;
+  size_t passes_ = 0;
+  Clock::time_point last_;
+};
+
+void print_profile(const char* title, const json& prof) {
+  std::printf("\n%s\n  %-20s %12s %7s\n", title, "op (intermediate)", "ms/token", "share");
+  for (const auto& e : prof)
+    std::printf("  %-20s %12.4f %6.1f%%\n", e["op"].get<std::string>().c_str(), e["ms_per_token"].get<double>(),
+                100.0 * e["share"].get<double>());
+}
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Benchmark a Kimi-K3 model like llama-bench: prompt processing (one batch of -p tokens from an "
+               "empty state) and generation (-n single-token decodes from an empty state), mean ± stddev over -r "
+               "repetitions after one warm-up; weight bytes read per generated token, the resulting GB/s against "
+               "the memory read bandwidth probed in the same run, and RSS.",
+               "k3 bench"};
+  std::string model_path;
+  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = 1024;
+  bool as_json = false, profile = false;
+  app.add_option("-m,--model", model_path, "GGUF model")->required();
+  app.add_option("-p,--n-prompt", p, "prompt tokens (0: skip)")->capture_default_str();
+  app.add_option("-n,--n-gen", n, "generated tokens (0: skip)")->capture_default_str();
+  app.add_option("-t,--threads", threads, "threads (default: all cores)");
+  app.add_option("-r,--repetitions", reps, "repetitions")->capture_default_str();
+  app.add_option("--membw-mib", membw_mib, "bandwidth probe buffer in MiB (0: no probe)")->capture_default_str();
+  app.add_flag("--profile", profile, "also time one pp pass and the -n decodes by op (named intermediates)");
+  app.add_flag("--json", as_json, "print one JSON object");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (p < 0 || n < 0) fail("-p and -n must be >= 0");
+  if (p == 0 && n == 0) fail("nothing to measure: -p and -n are both 0");
+  if (reps < 1) fail("-r must be >= 1");
+  if (membw_mib < 0) fail("--membw-mib must be >= 0");
+
+  const auto t_load = Clock::now();
+  auto m = model::Model::load(model_path);
+  const double load_s = seconds_since(t_load);
+  const double prefault_s = prefault(*m);
+  const DecodeBytes db = decode_bytes(*m);
+  double model_bytes = 0;
+  std::map<std::string, double> bytes_by_type;
+  for (const auto* t : m->file().tensors()) {
+    model_bytes += static_cast<double>(t->nbytes);
+    bytes_by_type[type_name(t->type)] += static_cast<double>(t->nbytes);
+  }
+
+  ThreadPool pool(cli::pick_threads(threads));
+  model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
+  const int64_t n_ctx = std::max(p, n) + 1;
+  model::State st = m->new_state(n_ctx);
+  std::vector<float> logits;
+  uint32_t rng = 12345;
+  auto next_id = [&] {
+    rng = rng * 1103515245u + 12345u;
+    return static_cast<int32_t>(rng % static_cast<uint32_t>(m->n_vocab()));
+  };
+  auto run_pp = [&] {
+    std::vector<int32_t> ids(p);
+    for (auto& id : ids) id = next_id();
+    st.reset();
+    const auto t0 = Clock::now();
+    m->forward(st, ids.data(), p, opt, model::Logits::Last, &logits);
+    return seconds_since(t0);
+  };
+  auto run_tg = [&](int count) {
+    st.reset();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      const int32_t id = next_id();
+      m->forward(st, &id, 1, opt, model::Logits::Last, &logits);
+    }
+    return seconds_since(t0);
+  };
+
+  if (p > 0) run_pp();  // warm-up
+  if (n > 0) run_tg(1);
+
+  // Each tg repetition is followed by one pass of the bandwidth probe, so both see the same machine
+  // load. RSS is read before the probe buffer exists (after the first repetition: weights touched,
+  // state and scratch at their steady size).
+  std::vector<double> pp_tps, tg_tps, probe_gbps, ratios;
+  std::unique_ptr<BigBuffer> probe;
+  Rss rss;
+  double st_bytes = 0;
+  for (int r = 0; r < reps; ++r) {
+    if (p > 0) pp_tps.push_back(p / run_pp());
+    if (n > 0) tg_tps.push_back(n / run_tg(n));
+    if (r == 0) {
+      rss = read_rss();
+      st_bytes = state_bytes(st);
+      if (membw_mib > 0) {
+        probe = std::make_unique<BigBuffer>(static_cast<size_t>(membw_mib) << 20);
+        read_pass(pool, *probe);  // warm: pages resident, workers awake
+      }
+    }
+    if (probe) {
+      probe_gbps.push_back(static_cast<double>(probe->size()) / read_pass(pool, *probe) / 1e9);
+      if (n > 0) ratios.push_back(tg_tps.back() * db.total() / 1e9 / probe_gbps.back());
+    }
+  }
+  probe.reset();
+
+  json prof_pp, prof_tg;
+  if (profile) {
+    TimerTrace tr;
+    model::RunOptions popt = opt;
+    popt.trace = &tr;
+    if (p > 0) {
+      std::vector<int32_t> ids(p);
+      for (auto& id : ids) id = next_id();
+      st.reset();
+      tr.start();
+      m->forward(st, ids.data(), p, popt, model::Logits::Last, &logits);
+      prof_pp = tr.report(p);
+    }
+    if (n > 0) {
+      TimerTrace tt;
+      popt.trace = &tt;
+      st.reset();
+      for (int i = 0; i < n; ++i) {
+        const int32_t id = next_id();
+        tt.start();
+        m->forward(st, &id, 1, popt, model::Logits::Last, &logits);
+      }
+      prof_tg = tt.report(1);
+    }
+  }
+
+  const Stat pp = stat(pp_tps), tg = stat(tg_tps);
+  const double bpt = db.total();
+  const double gbps = tg.mean * bpt / 1e9;
+  const double membw = median(probe_gbps);
+  const double membw_best = probe_gbps.empty() ? 0 : *std::max_element(probe_gbps.begin(), probe_gbps.end());
+  const double roofline = ratios.empty() ? 0 : median(ratios);
+
+  if (as_json) {
+    json j;
+    j["model"] = model_path;
+    j["model_bytes"] = model_bytes;
+    j["bytes_by_type"] = bytes_by_type;
+    j["threads"] = pool.size();
+    j["p"] = p, j["n"] = n, j["reps"] = reps;
+    j["pp_tokens_per_s"] = p > 0 ? json(pp.mean) : json(nullptr);
+    j["pp_stddev"] = p > 0 ? json(pp.stddev) : json(nullptr);
+    j["tg_tokens_per_s"] = n > 0 ? json(tg.mean) : json(nullptr);
+    j["tg_stddev"] = n > 0 ? json(tg.stddev) : json(nullptr);
+    j["pp_samples"] = pp_tps, j["tg_samples"] = tg_tps;
+    j["bytes_per_token"] = bpt;
+    j["bytes_per_token_parts"] = {{"trunk", db.trunk}, {"embd_row", db.embd_row}, {"lm_head", db.lm_head}, {"experts", db.experts}};
+    j["gbps"] = n > 0 ? json(gbps) : json(nullptr);
+    j["membw_gbps"] = probe_gbps.empty() ? json(nullptr) : json(membw);
+    j["membw_best_gbps"] = probe_gbps.empty() ? json(nullptr) : json(membw_best);
+    j["membw_samples"] = probe_gbps;
+    j["roofline_fraction"] = ratios.empty() ? json(nullptr) : json(roofline);
+    j["rss_bytes"] = rss.current, j["rss_peak_bytes"] = rss.peak;
+    j["rss_anon_bytes"] = rss.anon, j["rss_file_bytes"] = rss.file;
+    j["state_bytes"] = st_bytes;
+    j["load_s"] = load_s, j["prefault_s"] = prefault_s;
+    if (profile) j["profile"] = {{"pp", prof_pp}, {"tg", prof_tg}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+
+  std::printf("model: %s (%.1f MB;", model_path.c_str(), model_bytes / 1e6);
+  for (const auto& [t, b] : bytes_by_type) std::printf(" %s %.1f MB", t.c_str(), b / 1e6);
+  std::printf("), %d threads, %d repetitions\n\n  %-8s %18s\n", pool.size(), reps, "test", "t/s");
+  if (p > 0) std::printf("  pp%-6d %10.2f ± %-6.2f\n", p, pp.mean, pp.stddev);
+  if (n > 0) std::printf("  tg%-6d %10.2f ± %-6.2f\n", n, tg.mean, tg.stddev);
+  std::printf("\nweights read per generated token: %.2f MB (trunk %.2f, embedding row %.4f, LM head %.2f, routed "
+              "experts %.2f: k of E per MoE layer)\n",
+              bpt / 1e6, db.trunk / 1e6, db.embd_row / 1e6, db.lm_head / 1e6, db.experts / 1e6);
+  if (n > 0 && !probe_gbps.empty())
+    std::printf("generation: %.2f GB/s of weights; read bandwidth (probe, %d threads) %.2f GB/s median, %.2f best; "
+                "roofline fraction %.2f (median of per-repetition pairs)\n",
+                gbps, pool.size(), membw, membw_best, roofline);
+  std::printf("RSS: %.1f MB current, %.1f MB peak (file-backed %.1f MB, anonymous %.1f MB; state %.2f MB)\n",
+              rss.current / 1e6, rss.peak / 1e6, rss.file / 1e6, rss.anon / 1e6, st_bytes / 1e6);
+  if (profile) {
+    if (p > 0) print_profile("prompt processing, time by op (one pass):", prof_pp);
+    if (n > 0) print_profile("generation, time by op (median over the decoded tokens):", prof_tg);
+  }
+  return 0;
+}
+
+}  // namespace
+
+K3_COMMAND("bench", "benchmark prompt processing and generation (llama-bench style)", cmd_bench);

@@ -1,0 +1,103 @@
+// k3 bench --json on a tiny synthetic model: the fields exist and are consistent, and the weight
+// bytes per generated token match an independent count from the file's tensor table.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gguf/gguf.h"
+
+using nlohmann::json;
+
+namespace {
+
+std::string k3_bin() {
+  const char* d = std::getenv("K3_BIN_DIR");
+  return std::string(d ? d : K3_BIN_DIR_FALLBACK) + "/k3";
+}
+
+int run(const std::string& cmd, std::string* out) {
+  out->clear();
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return -1;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out->append(buf.data(), n);
+  const int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// One tiny model per test process (the default tiny preset: 9 layers, 8 experts, top 2).
+const std::string& tiny_model() {
+  static const std::string path = [] {
+    const auto p = std::filesystem::temp_directory_path() / ("k3_cli_bench_" + std::to_string(getpid()) + ".gguf");
+    std::string out;
+    EXPECT_EQ(run(k3_bin() + " make-tiny -q --out " + p.string(), &out), 0) << out;
+    return p.string();
+  }();
+  return path;
+}
+
+struct Cleanup : ::testing::Environment {
+  void TearDown() override { std::filesystem::remove(tiny_model()); }
+};
+const auto* kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
+
+TEST(Bench, JsonFieldsAndBytesPerToken) {
+  std::string out;
+  ASSERT_EQ(run(k3_bin() + " bench -m " + tiny_model() + " -p 16 -n 8 -r 2 -t 1 --membw-mib 16 --json", &out), 0) << out;
+  const json j = json::parse(out.substr(out.find('{')));
+  for (const char* k : {"pp_tokens_per_s", "pp_stddev", "tg_tokens_per_s", "tg_stddev", "bytes_per_token", "gbps",
+                        "membw_gbps", "roofline_fraction", "rss_bytes", "rss_peak_bytes"})
+    ASSERT_TRUE(j.contains(k) && j[k].is_number()) << k << " in " << out;
+  EXPECT_GT(j["pp_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["tg_tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(j["pp_samples"].size(), 2u);
+  EXPECT_EQ(j["tg_samples"].size(), 2u);
+  EXPECT_GT(j["membw_gbps"].get<double>(), 0);
+  EXPECT_GE(j["rss_peak_bytes"].get<double>(), j["rss_bytes"].get<double>());
+  EXPECT_GT(j["rss_bytes"].get<double>(), 0);
+  EXPECT_NEAR(j["gbps"].get<double>(), j["tg_tokens_per_s"].get<double>() * j["bytes_per_token"].get<double>() / 1e9,
+              1e-9 * j["gbps"].get<double>() + 1e-12);
+
+  // Independent count: every tensor whole, except one row of token_embd and k/E of each expert stack.
+  const auto file = k3::gguf::Model::open(tiny_model());
+  const std::string arch = "kimi-k3";
+  const double E = file.meta().get_u32(arch + ".expert_count");
+  const uint32_t L = file.meta().get_u32(arch + ".block_count");
+  const double k = file.meta().get_u32_per_layer(arch + ".expert_used_count", L)[0];  // uniform in make-tiny
+  double want = 0;
+  for (const auto* t : file.tensors()) {
+    const double b = static_cast<double>(t->nbytes);
+    if (t->name == "token_embd.weight") want += b / static_cast<double>(t->ne[1]);
+    else if (t->name.find("_exps.weight") != std::string::npos) want += b * k / E;
+    else want += b;
+  }
+  EXPECT_NEAR(j["bytes_per_token"].get<double>(), want, 1e-6 * want);
+}
+
+TEST(Bench, ProfileAndErrors) {
+  std::string out;
+  ASSERT_EQ(run(k3_bin() + " bench -m " + tiny_model() + " -p 8 -n 4 -r 1 -t 1 --membw-mib 0 --profile --json", &out), 0)
+      << out;
+  const json j = json::parse(out.substr(out.find('{')));
+  EXPECT_TRUE(j["membw_gbps"].is_null());
+  ASSERT_TRUE(j["profile"]["tg"].is_array());
+  double share = 0;
+  bool saw_lm_head = false;
+  for (const auto& e : j["profile"]["tg"]) {
+    share += e["share"].get<double>();
+    saw_lm_head |= e["op"] == "result_output";
+  }
+  EXPECT_NEAR(share, 1.0, 1e-6);
+  EXPECT_TRUE(saw_lm_head);
+  EXPECT_NE(run(k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 0", &out), 0);
+  EXPECT_NE(run(k3_bin() + " bench -m /nonexistent.gguf -p 4 -n 4", &out), 0);
+}
+
+}  // namespace
