@@ -16,17 +16,6 @@ using namespace k3;
 
 namespace {
 
-#if defined(K3_HAS_MATMUL_OBSERVER)
-// Forwards every product of the forward pass to the collector.
-class Observer : public model::MatmulObserver {
- public:
-  explicit Observer(quant::ImatrixCollector& c) : c_(c) {}
-  void on_matmul(const WeightView& w, const float* x, int64_t T) override { c_.observe(w.data, x, T); }
-
- private:
-  quant::ImatrixCollector& c_;
-};
-
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot read '%s'", path.c_str());
@@ -39,7 +28,6 @@ std::string base_name(const std::string& p) {
   const size_t s = p.find_last_of('/');
   return s == std::string::npos ? p : p.substr(s + 1);
 }
-#endif
 
 int cmd_imatrix(int argc, char** argv) {
   CLI::App app{"Collect an importance matrix: per column of every matrix product, the sum of the squared inputs "
@@ -63,10 +51,6 @@ int cmd_imatrix(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-#if !defined(K3_HAS_MATMUL_OBSERVER)
-  (void)threads;
-  fail("this build's model has no matrix-product observer (model::MatmulObserver); imatrix collection is unavailable");
-#else
   o.threads = threads > 0 ? threads : ThreadPool::hardware_threads();
   auto m = model::Model::load(model_path);
   auto tok = tok::Tokenizer::from_metadata(m->meta());
@@ -76,12 +60,11 @@ int cmd_imatrix(int argc, char** argv) {
                static_cast<long long>(o.n_ctx));
 
   quant::ImatrixCollector col(m->file());
-  Observer obs(col);
   ThreadPool pool(o.threads);
   model::RunOptions ropt;
   ropt.pool = &pool;
   ropt.f16_rule = model::default_f16_rule();
-  ropt.observer = &obs;
+  ropt.observer = &col;
   for (int64_t c = 0; c < n_chunks; ++c) {
     const std::vector<int32_t> ids(tokens.begin() + c * o.n_ctx, tokens.begin() + (c + 1) * o.n_ctx);
     model::State st = m->new_state(o.n_ctx);
@@ -101,7 +84,6 @@ int cmd_imatrix(int argc, char** argv) {
   std::printf("wrote %s: %zu entries, %u chunks of %u tokens\n", out_path.c_str(), im.entries.size(), im.chunk_count,
               im.chunk_size);
   return 0;
-#endif
 }
 
 }  // namespace

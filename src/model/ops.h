@@ -32,7 +32,6 @@ class MatmulObserver {
   // mapped tensor), x holds T rows of w.ne0 floats.
   virtual void on_matmul(const WeightView& w, const float* x, int64_t T) = 0;
 };
-#define K3_HAS_MATMUL_OBSERVER 1
 
 struct Ctx {
   ThreadPool& pool;

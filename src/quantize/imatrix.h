@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/ops.h"
 
 namespace k3::quant {
 
@@ -49,9 +50,11 @@ class Imatrix {
 // Collects an imatrix from the products a forward pass reports. Weights are identified by their
 // data address inside the model's mapping (a 2-D tensor, or one matrix of a 3-D stack), so the
 // model only needs to report (weight data, input rows).
-class ImatrixCollector {
+class ImatrixCollector : public model::MatmulObserver {
  public:
   explicit ImatrixCollector(const gguf::Model& model);
+  // Collects from every product of a forward pass (RunOptions::observer).
+  void on_matmul(const WeightView& w, const float* x, int64_t T) override { observe(w.data, x, T); }
   // y = W x for the T rows x[T][ne0] of the matrix whose data starts at `weight_data`.
   // Unknown addresses (weights not in the file) are ignored. Thread-safe.
   void observe(const void* weight_data, const float* x, int64_t T);

@@ -160,27 +160,16 @@ TEST_F(Perplexity, Cli) {
   EXPECT_NE(r.out.find("made with -c 64"), std::string::npos) << r.out;
 }
 
-#if defined(K3_HAS_MATMUL_OBSERVER)
-namespace {
-class Collect : public model::MatmulObserver {
- public:
-  explicit Collect(quant::ImatrixCollector& c) : c_(c) {}
-  void on_matmul(const WeightView& w, const float* x, int64_t T) override { c_.observe(w.data, x, T); }
-  quant::ImatrixCollector& c_;
-};
-}  // namespace
-
 // An imatrix from the calibration text lowers the KL divergence on the held-out text.
 TEST_F(Perplexity, ImatrixLowersKld) {
   const quant::PplOptions o = opts();
   save_base(o);
   auto m = model::Model::load(path("f32.gguf"));
   quant::ImatrixCollector col(m->file());
-  Collect obs(col);
   ThreadPool pool(2);
   model::RunOptions ro;
   ro.pool = &pool;
-  ro.observer = &obs;
+  ro.observer = &col;
   const std::vector<int32_t> t = tokens(*m, path("calib.txt"));
   for (int c = 0; c < 8; ++c) {
     model::State st = m->new_state(64);
@@ -196,4 +185,3 @@ TEST_F(Perplexity, ImatrixLowersKld) {
     EXPECT_LT(mean(b.kld), mean(a.kld)) << recipe;
   }
 }
-#endif
