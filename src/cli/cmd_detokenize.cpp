@@ -3,15 +3,12 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/tokenizer_cli.h"
 #include "common/error.h"
-#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -53,50 +50,26 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& where) {
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  std::string model, vocab, config, file, args;
-  tok::Tokenizer::Options opt;
-  bool special = false;
+  cli::TokenizerArgs ta("detokenize");
+  std::string args;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) fail("%s needs a value (see k3 detokenize --help)", a.c_str());
-      return argv[++i];
-    };
+    const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") {
-      model = value();
-    } else if (a == "--vocab") {
-      vocab = value();
-    } else if (a == "--config") {
-      config = value();
-    } else if (a == "--pre") {
-      opt.pre = value();
-    } else if (a == "-f") {
-      file = value();
-    } else if (a == "--special") {
-      special = true;
+    } else if (ta.parse(argc, argv, i)) {
     } else if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
       fail("unknown option '%s' (see k3 detokenize --help)", a.c_str());
     } else {
       args += a + " ";
     }
   }
-  if (model.empty() == vocab.empty()) fail("give exactly one of -m MODEL and --vocab FILE (see k3 detokenize --help)");
-  if (!file.empty() && !args.empty()) fail("give the ids either as arguments or with -f, not both");
-  std::vector<int32_t> ids;
-  if (!file.empty()) {
-    std::ifstream f(file, std::ios::binary);
-    if (!f) fail("%s: cannot open file", file.c_str());
-    ids = parse_ids(std::string(std::istreambuf_iterator<char>(f), {}), file);
-  } else if (!args.empty()) {
-    ids = parse_ids(args, "arguments");
-  } else {
-    ids = parse_ids(std::string(std::istreambuf_iterator<char>(std::cin), {}), "stdin");
-  }
-  auto tok = tok::Tokenizer::from_file(model.empty() ? vocab : model, config, opt);
-  std::string text = tok->decode(ids, special);
+  ta.check(!args.empty());
+  std::string where;
+  const std::string in = ta.read_input(args.empty() ? nullptr : &args, &where);
+  const std::vector<int32_t> ids = parse_ids(in, where);
+  auto tok = ta.load();
+  std::string text = tok->decode(ids, ta.special);
   std::fwrite(text.data(), 1, text.size(), stdout);
   if (isatty(fileno(stdout))) std::fputc('\n', stdout);
   return 0;

@@ -1,28 +1,17 @@
 // k3 imatrix: importance matrix of a model over a text (llama.cpp's imatrix GGUF format).
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/text_cli.h"
 #include "common/error.h"
-#include "model/model.h"
 #include "quantize/imatrix.h"
 #include "quantize/perplexity.h"
 #include "tensor/threadpool.h"
-#include "tokenizer/tokenizer.h"
 
 using namespace k3;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot read '%s'", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::string base_name(const std::string& p) {
   const size_t s = p.find_last_of('/');
@@ -34,32 +23,25 @@ int cmd_imatrix(int argc, char** argv) {
                "over a text (per expert for the expert stacks, per head for attn_k_b/attn_v_b) and the number of "
                "rows, written in llama.cpp's imatrix GGUF format (k3 quantize --imatrix, llama-quantize --imatrix).",
                "k3 imatrix"};
-  std::string model_path, text_path, out_path = "imatrix.gguf";
+  cli::ChunkedText ct;
+  std::string out_path = "imatrix.gguf";
   std::vector<std::string> in_files;
-  quant::PplOptions o;
-  int threads = 0;
-  app.add_option("-m,--model", model_path, "GGUF model")->required();
-  app.add_option("-f,--file", text_path, "calibration text")->required();
+  ct.add_options(app, "calibration text", "tokens per chunk (each chunk starts from an empty state)",
+                 "use at most N chunks (0: all)");
   app.add_option("-o,--output", out_path, "output imatrix GGUF")->capture_default_str();
-  app.add_option("-c,--ctx", o.n_ctx, "tokens per chunk (each chunk starts from an empty state)")->capture_default_str();
-  app.add_option("-b,--batch", o.n_batch, "tokens per forward pass")->capture_default_str();
-  app.add_option("--chunks", o.max_chunks, "use at most N chunks (0: all)")->capture_default_str();
   app.add_option("--in-file", in_files, "add the statistics of an existing imatrix file (same model)");
-  app.add_option("-t,--threads", threads, "threads (default: all CPUs)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  o.threads = threads > 0 ? threads : ThreadPool::hardware_threads();
-  auto m = model::Model::load(model_path);
-  auto tok = tok::Tokenizer::from_metadata(m->meta());
-  const std::vector<int32_t> tokens = tok->encode(read_text(text_path), false);
-  const int64_t n_chunks = quant::count_chunks(static_cast<int64_t>(tokens.size()), o);
-  std::fprintf(stderr, "imatrix: %zu tokens, %lld chunks of %lld\n", tokens.size(), static_cast<long long>(n_chunks),
-               static_cast<long long>(o.n_ctx));
+  ct.load("imatrix");
+  const quant::PplOptions& o = ct.o;
+  const model::Model& m = *ct.model;
+  const std::vector<int32_t>& tokens = ct.tokens;
+  const int64_t n_chunks = ct.n_chunks;
 
-  quant::ImatrixCollector col(m->file());
+  quant::ImatrixCollector col(m.file());
   ThreadPool pool(o.threads);
   model::RunOptions ropt;
   ropt.pool = &pool;
@@ -67,17 +49,17 @@ int cmd_imatrix(int argc, char** argv) {
   ropt.observer = &col;
   for (int64_t c = 0; c < n_chunks; ++c) {
     const std::vector<int32_t> ids(tokens.begin() + c * o.n_ctx, tokens.begin() + (c + 1) * o.n_ctx);
-    model::State st = m->new_state(o.n_ctx);
-    m->prefill(st, ids, o.n_batch, ropt, model::Logits::None, nullptr);
+    model::State st = m.new_state(o.n_ctx);
+    m.prefill(st, ids, o.n_batch, ropt, model::Logits::None, nullptr);
     std::fprintf(stderr, "[%lld/%lld]\n", static_cast<long long>(c + 1), static_cast<long long>(n_chunks));
   }
   quant::Imatrix& im = col.imatrix();
   im.chunk_count = static_cast<uint32_t>(n_chunks);
   im.chunk_size = static_cast<uint32_t>(o.n_ctx);
-  im.datasets = {base_name(text_path)};
+  im.datasets = {base_name(ct.text_path)};
   for (const auto& f : in_files) {
     quant::Imatrix other = quant::Imatrix::load(f);
-    other.check_model(m->file());
+    other.check_model(m.file());
     im.merge(other);
   }
   im.save(out_path);

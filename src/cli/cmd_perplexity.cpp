@@ -2,42 +2,25 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/text_cli.h"
 #include "common/error.h"
-#include "model/model.h"
 #include "quantize/perplexity.h"
-#include "tensor/threadpool.h"
-#include "tokenizer/tokenizer.h"
 
 using namespace k3;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot read '%s'", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 int cmd_perplexity(int argc, char** argv) {
   CLI::App app{"Perplexity of a model on a text (chunks of -c tokens, the second half of each scored), and the KL "
                "divergence of its next-token distributions from a reference model's: run the reference once with "
                "--save-kl-base FILE, then each quantized model with --kl-base FILE.",
                "k3 perplexity"};
-  std::string model_path, text_path, save_base, kl_base, json_path;
-  quant::PplOptions o;
-  int threads = 0;
+  cli::ChunkedText ct;
+  std::string save_base, kl_base, json_path;
   bool quiet = false;
-  app.add_option("-m,--model", model_path, "GGUF model")->required();
-  app.add_option("-f,--file", text_path, "text file")->required();
-  app.add_option("-c,--ctx", o.n_ctx, "tokens per chunk")->capture_default_str();
-  app.add_option("-b,--batch", o.n_batch, "tokens per forward pass")->capture_default_str();
-  app.add_option("--chunks", o.max_chunks, "score at most N chunks (0: all)")->capture_default_str();
-  app.add_option("-t,--threads", threads, "threads (default: all CPUs)");
+  ct.add_options(app, "text file", "tokens per chunk", "score at most N chunks (0: all)");
   app.add_option("--save-kl-base", save_base, "write this model's log-probabilities as a KL base file");
   app.add_option("--kl-base", kl_base, "compare with the KL base file of a reference model");
   app.add_option("--json", json_path, "write the results as JSON to this file");
@@ -47,20 +30,16 @@ int cmd_perplexity(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  o.threads = threads > 0 ? threads : ThreadPool::hardware_threads();
-  auto m = model::Model::load(model_path);
-  auto tok = tok::Tokenizer::from_metadata(m->meta());
-  const std::vector<int32_t> tokens = tok->encode(read_text(text_path), false);
-  const int64_t n_chunks = quant::count_chunks(static_cast<int64_t>(tokens.size()), o);
-  std::fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld\n", tokens.size(), static_cast<long long>(n_chunks),
-               static_cast<long long>(o.n_ctx));
+  ct.load("perplexity");
+  const quant::PplOptions& o = ct.o;
+  const model::Model& m = *ct.model;
 
   std::unique_ptr<quant::KlBase> save, base;
   if (!save_base.empty())
-    save = quant::KlBase::create(save_base, m->n_vocab(), o.n_ctx, o.n_ctx / 2, tokens, n_chunks);
-  if (!kl_base.empty()) base = quant::KlBase::open(kl_base, m->n_vocab(), o.n_ctx, tokens, n_chunks);
+    save = quant::KlBase::create(save_base, m.n_vocab(), o.n_ctx, o.n_ctx / 2, ct.tokens, ct.n_chunks);
+  if (!kl_base.empty()) base = quant::KlBase::open(kl_base, m.n_vocab(), o.n_ctx, ct.tokens, ct.n_chunks);
   quant::KlStats kl;
-  const quant::PplResult r = quant::perplexity(*m, tokens, o, save.get(), base.get(), &kl, [&](int64_t c, int64_t n, double p) {
+  const quant::PplResult r = quant::perplexity(m, ct.tokens, o, save.get(), base.get(), &kl, [&](int64_t c, int64_t n, double p) {
     if (!quiet) std::fprintf(stderr, "[%lld/%lld] ppl %.4f\n", static_cast<long long>(c + 1), static_cast<long long>(n), p);
   });
   if (save) save->finish();
@@ -68,7 +47,7 @@ int cmd_perplexity(int argc, char** argv) {
               static_cast<long long>(r.n_tokens), static_cast<long long>(r.n_chunks), static_cast<long long>(r.n_ctx));
   if (base) kl.print(stdout);
   if (!json_path.empty()) {
-    nlohmann::json j = {{"model", model_path}, {"text", text_path}, {"perplexity", r.to_json()}};
+    nlohmann::json j = {{"model", ct.model_path}, {"text", ct.text_path}, {"perplexity", r.to_json()}};
     if (base) j["kl"] = kl.to_json();
     std::ofstream f(json_path);
     f << j.dump(1) << '\n';

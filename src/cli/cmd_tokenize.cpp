@@ -1,16 +1,12 @@
 // k3 tokenize: text -> token ids (and pieces) with a model's or a vocabulary file's tokenizer.
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/tokenizer_cli.h"
 #include "common/error.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace {
@@ -37,8 +33,6 @@ const char* kUsage =
     "\n"
     "Text that is not valid UTF-8 is tokenized as if each ill-formed sequence were U+FFFD.\n";
 
-std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
-
 nlohmann::json piece_json(const std::string& p) {
   if (tok::utf8_valid_prefix(p) == p.size()) return p;
   nlohmann::json bytes = nlohmann::json::array();
@@ -47,31 +41,15 @@ nlohmann::json piece_json(const std::string& p) {
 }
 
 int cmd_tokenize(int argc, char** argv) {
-  std::string model, vocab, config, file;
-  tok::Tokenizer::Options opt;
-  bool special = false, json = false, pieces = false, force_bos = false;
+  cli::TokenizerArgs ta("tokenize");
+  bool json = false, pieces = false, force_bos = false;
   std::vector<std::string> words;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) fail("%s needs a value (see k3 tokenize --help)", a.c_str());
-      return argv[++i];
-    };
+    const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") {
-      model = value();
-    } else if (a == "--vocab") {
-      vocab = value();
-    } else if (a == "--config") {
-      config = value();
-    } else if (a == "--pre") {
-      opt.pre = value();
-    } else if (a == "-f") {
-      file = value();
-    } else if (a == "--special") {
-      special = true;
+    } else if (ta.parse(argc, argv, i)) {
     } else if (a == "--json") {
       json = true;
     } else if (a == "--pieces") {
@@ -86,28 +64,15 @@ int cmd_tokenize(int argc, char** argv) {
       words.push_back(a);
     }
   }
-  if (model.empty() == vocab.empty()) fail("give exactly one of -m MODEL and --vocab FILE (see k3 tokenize --help)");
-  if (!config.empty() && vocab.empty()) fail("--config goes with --vocab");
-  if (!file.empty() && !words.empty()) fail("give the text either as arguments or with -f, not both");
-
-  auto tok = tok::Tokenizer::from_file(model.empty() ? vocab : model, config, opt);
-  std::string text;
-  if (!file.empty()) {
-    std::ifstream f(file, std::ios::binary);
-    if (!f) fail("%s: cannot open file", file.c_str());
-    text = read_all(f);
-  } else if (!words.empty()) {
-    for (size_t i = 0; i < words.size(); ++i) {
-      if (i) text += ' ';
-      text += words[i];
-    }
-  } else {
-    text = read_all(std::cin);
-  }
+  ta.check(!words.empty());
+  auto tok = ta.load();
+  std::string joined, where;
+  for (size_t i = 0; i < words.size(); ++i) joined += (i ? " " : "") + words[i];
+  const std::string text = ta.read_input(words.empty() ? nullptr : &joined, &where);
 
   std::vector<int32_t> ids;
   if ((force_bos || tok->add_bos()) && tok->bos() >= 0) ids.push_back(tok->bos());
-  std::vector<int32_t> body = tok->encode(text, special);
+  std::vector<int32_t> body = tok->encode(text, ta.special);
   ids.insert(ids.end(), body.begin(), body.end());
 
   if (json) {

@@ -1,0 +1,34 @@
+#include "cli/text_cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "common/error.h"
+#include "tensor/threadpool.h"
+#include "tokenizer/tokenizer.h"
+
+namespace k3::cli {
+
+void ChunkedText::add_options(CLI::App& app, const char* text_help, const char* ctx_help, const char* chunks_help) {
+  app.add_option("-m,--model", model_path, "GGUF model")->required();
+  app.add_option("-f,--file", text_path, text_help)->required();
+  app.add_option("-c,--ctx", o.n_ctx, ctx_help)->capture_default_str();
+  app.add_option("-b,--batch", o.n_batch, "tokens per forward pass")->capture_default_str();
+  app.add_option("--chunks", o.max_chunks, chunks_help)->capture_default_str();
+  app.add_option("-t,--threads", threads, "threads (default: all CPUs)");
+}
+
+void ChunkedText::load(const char* what) {
+  o.threads = threads > 0 ? threads : ThreadPool::hardware_threads();
+  std::ifstream f(text_path, std::ios::binary);
+  if (!f) fail("cannot read '%s'", text_path.c_str());
+  const std::string text(std::istreambuf_iterator<char>(f), {});
+  model = model::Model::load(model_path);
+  tokens = tok::Tokenizer::from_metadata(model->meta())->encode(text, false);
+  n_chunks = quant::count_chunks(static_cast<int64_t>(tokens.size()), o);
+  std::fprintf(stderr, "%s: %zu tokens, %lld chunks of %lld\n", what, tokens.size(), static_cast<long long>(n_chunks),
+               static_cast<long long>(o.n_ctx));
+}
+
+}  // namespace k3::cli

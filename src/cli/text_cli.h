@@ -1,0 +1,29 @@
+// Flags and set-up shared by k3 perplexity and k3 imatrix: a model run over the chunks of a text.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "quantize/perplexity.h"
+
+namespace k3::cli {
+
+struct ChunkedText {
+  std::string model_path, text_path;
+  quant::PplOptions o;
+  int threads = 0;
+  std::unique_ptr<model::Model> model;
+  std::vector<int32_t> tokens;
+  int64_t n_chunks = 0;
+
+  // -m, -f, -c, -b, --chunks and -t, with these descriptions of the text, -c and --chunks.
+  void add_options(CLI::App& app, const char* text_help, const char* ctx_help, const char* chunks_help);
+  // After parsing: loads the model, tokenizes the text with its tokenizer, counts the chunks and
+  // prints "<what>: N tokens, C chunks of c" on stderr.
+  void load(const char* what);
+};
+
+}  // namespace k3::cli
