@@ -65,5 +65,20 @@ int64_t unix_now();
 // The SSE event "data: JSON\n\n"; false when the client is gone.
 bool sse(httplib::DataSink& sink, const json& j);
 bool sse_raw(httplib::DataSink& sink, const std::string& data);
+// Answers with a Server-Sent Events stream: stream_step(*job, sink) (found by argument-dependent
+// lookup) writes what is ready and says whether to go on; the generation is cancelled when the
+// stream ends or the client goes away.
+template <class Job>
+void start_sse(ServerCtx& c, httplib::Response& res, std::shared_ptr<Job> job) {
+  ++c.streams;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [job](size_t, httplib::DataSink& sink) { return stream_step(*job, sink); },
+      [job](bool) {
+        job->gen->cancel();
+        --job->ctx->streams;
+      });
+}
 
 }  // namespace k3::server

@@ -138,15 +138,7 @@ void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& r
   check_admit(job->gen->submit());
 
   if (r.gen.stream) {
-    ++c.streams;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [job](size_t, httplib::DataSink& sink) { return stream_step(*job, sink); },
-        [job](bool) {
-          job->gen->cancel();
-          --job->ctx->streams;
-        });
+    start_sse(c, res, job);
     return;
   }
 

@@ -105,15 +105,7 @@ void run_text(ServerCtx& c, CompletionRequest r, bool openai, httplib::Response&
   check_admit(job->gen->submit());
 
   if (r.gen.stream) {
-    ++c.streams;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [job](size_t, httplib::DataSink& sink) { return stream_step(*job, sink); },
-        [job](bool) {
-          job->gen->cancel();
-          --job->ctx->streams;
-        });
+    start_sse(c, res, job);
     return;
   }
   std::string text;
