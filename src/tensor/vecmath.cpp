@@ -1,0 +1,52 @@
+#include "tensor/vecmath.h"
+
+#include <cmath>
+
+namespace k3 {
+
+namespace {
+
+// The references: libm, in llama.cpp's order of operations (model.md §9).
+float sigmoid1(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void situ_ref(float* a, const float* b, int64_t n, const SituParams& p) {
+  for (int64_t i = 0; i < n; ++i) {
+    float t = tanhf(a[i] * p.inv_beta);
+    t = t * p.beta;
+    t = t * sigmoid1(a[i]);
+    const float u = p.lambda > 0 ? tanhf(b[i] * p.inv_lambda) * p.lambda : b[i];
+    a[i] = t * u;
+  }
+}
+void sigmoid_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = sigmoid1(x[i]);
+}
+void silu_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+void exp_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = expf(x[i]);
+}
+
+struct Tables {
+  VecMath t[3];
+  Tables() {
+    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref};
+    t[1] = t[0];
+    detail::vecmath_avx2(t[1]);
+    t[2] = t[1];
+    detail::vecmath_avx512(t[2]);
+  }
+};
+
+}  // namespace
+
+const VecMath& vecmath(Isa isa) {
+  static const Tables tab;
+  const Isa best = cpu_best_isa();
+  return tab.t[static_cast<int>(isa < best ? isa : best)];
+}
+
+const VecMath& vecmath() { return vecmath(active_isa()); }
+
+}  // namespace k3
