@@ -28,10 +28,47 @@ void exp_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = expf(x[i]);
 }
 
+float tree16(float* a) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) a[l] += a[l + w];
+  return a[0];
+}
+
+void delta_rule_ref(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v, float beta,
+                    float scale, float* o) {
+  for (int64_t j = 0; j < d; ++j) {
+    float* Sj = S + j * d;
+    float acc[16] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      Sj[i] = Sj[i] * eg[i];
+      acc[i % 16] = fmaf(Sj[i], k[i], acc[i % 16]);
+    }
+    const float delta = beta * (v[j] - tree16(acc));
+    float acc2[16] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      Sj[i] = fmaf(k[i], delta, Sj[i]);
+      acc2[i % 16] = fmaf(Sj[i], q[i], acc2[i % 16]);
+    }
+    o[j] = tree16(acc2) * scale;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
+                       float beta, float scale, float* o) {
+  delta_rule_ref(S, d, eg, k, q, v, beta, scale, o);
+}
+float lane_tree16(float* a) { return tree16(a); }
+}  // namespace detail
+
+namespace {
+
 struct Tables {
   VecMath t[3];
   Tables() {
-    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref};
+    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, delta_rule_ref};
     t[1] = t[0];
     detail::vecmath_avx2(t[1]);
     t[2] = t[1];

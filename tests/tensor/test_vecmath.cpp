@@ -86,6 +86,53 @@ TEST(VecMath, SituWithinUlps) {
   }
 }
 
+// The delta rule sums in fixed lanes: every ISA gives the scalar form's bits, for d a multiple of 16
+// (SIMD) and not (the scalar form), over several steps of one state.
+TEST(VecMath, DeltaRuleSameBitsEveryIsa) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  for (int64_t d : {16, 64, 128, 24}) {
+    std::vector<float> S0(d * d);
+    for (float& x : S0) x = nd(rng);
+    std::vector<float> ref_S = S0;
+    std::vector<std::vector<float>> steps;
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> in(4 * d);  // eg, k, q, v
+      for (int64_t i = 0; i < 4 * d; ++i) in[i] = i < d ? std::exp(-std::fabs(nd(rng))) : nd(rng);
+      steps.push_back(in);
+    }
+    auto run = [&](Isa isa, std::vector<float>& S) {
+      std::vector<float> out;
+      for (const auto& in : steps) {
+        std::vector<float> o(d);
+        vecmath(isa).delta_rule(S.data(), d, in.data(), in.data() + d, in.data() + 2 * d, in.data() + 3 * d, 0.7f,
+                                0.125f, o.data());
+        out.insert(out.end(), o.begin(), o.end());
+      }
+      return out;
+    };
+    const std::vector<float> ref = run(Isa::Scalar, ref_S);
+    // The scalar form against a plain double-precision evaluation of the same step.
+    std::vector<double> Sd(S0.begin(), S0.end());
+    for (size_t t = 0; t < steps.size(); ++t) {
+      const float* in = steps[t].data();
+      for (int64_t j = 0; j < d; ++j) {
+        double u = 0, y = 0;
+        for (int64_t i = 0; i < d; ++i) u += (Sd[j * d + i] *= in[i]) * in[d + i];
+        const double delta = 0.7 * (in[3 * d + j] - u);
+        for (int64_t i = 0; i < d; ++i) y += (Sd[j * d + i] += in[d + i] * delta) * in[2 * d + i];
+        ASSERT_NEAR(ref[t * d + j], y * 0.125, 1e-5) << "d " << d << " step " << t << " j " << j;
+      }
+    }
+    for (Isa isa : kIsas) {
+      if (isa > cpu_best_isa()) continue;
+      std::vector<float> S = S0;
+      EXPECT_EQ(run(isa, S), ref) << isa_name(isa) << " d " << d;
+      EXPECT_EQ(S, ref_S) << isa_name(isa) << " d " << d;
+    }
+  }
+}
+
 // The scalar table entry is the reference itself (libm, model order).
 TEST(VecMath, ScalarIsLibm) {
   std::vector<float> x = {-3.0f, -0.5f, 0.0f, 0.25f, 7.0f};
