@@ -17,21 +17,30 @@ constexpr size_t kChunkBytes = 64 * 1024;
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
 
-// Rows [r0, r1) of one product. Kernels that do not prefetch themselves get the lines up to
-// kDotPrefetchBytes past each row's end requested before its dot: rows are about a page long and
-// the hardware prefetchers do not follow a stream across pages.
-void rows(const Matvec& m, int64_t r0, int64_t r1) {
-  const QuantKernels& kw = kernels(m.w.type);
-  const auto* wd = static_cast<const uint8_t*>(m.w.data);
-  const size_t wrow = row_size(m.w.type, m.w.ne0);
-  uintptr_t pf = (reinterpret_cast<uintptr_t>(wd + r0 * m.w.nb1) + kDotPrefetchBytes) & ~uintptr_t{63};
-  for (int64_t r = r0; r < r1; ++r) {
-    if (!kw.dot_prefetches)
-      for (const uintptr_t end = reinterpret_cast<uintptr_t>(wd + r * m.w.nb1 + wrow) + kDotPrefetchBytes; pf < end;
-           pf += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-    kw.vec_dot(m.w.ne0, m.y + r, wd + r * m.w.nb1, m.xq);
+// Rows [r0, r1) of the products m[0..n), row by row (row r of each, then row r + 1), so that the n
+// streams advance together and each stays prefetched. Kernels that do not prefetch themselves get
+// the lines up to kDotPrefetchBytes past each row's end requested before its dot: rows are about a
+// page long and the hardware prefetchers do not follow a stream across pages.
+void rows(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
+  constexpr size_t kMaxStreams = 8;
+  K3_ASSERT(n <= kMaxStreams);
+  const QuantKernels* kw[kMaxStreams];
+  uintptr_t pf[kMaxStreams];
+  size_t wrow[kMaxStreams];
+  for (size_t j = 0; j < n; ++j) {
+    kw[j] = &kernels(m[j].w.type);
+    wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
+    pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + kDotPrefetchBytes) & ~uintptr_t{63};
   }
+  for (int64_t r = r0; r < r1; ++r)
+    for (size_t j = 0; j < n; ++j) {
+      const uint8_t* row = static_cast<const uint8_t*>(m[j].w.data) + r * m[j].w.nb1;
+      if (!kw[j]->dot_prefetches)
+        for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + kDotPrefetchBytes; pf[j] < end;
+             pf[j] += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pf[j]), _MM_HINT_T0);
+      kw[j]->vec_dot(m[j].w.ne0, m[j].y + r, row, m[j].xq);
+    }
 }
 
 }  // namespace
@@ -47,7 +56,7 @@ const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::
 
 void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align,
                   const std::function<void(size_t, int64_t, int64_t)>& then) {
-  K3_ASSERT(group >= 1 && n % group == 0 && row_align >= 1);
+  K3_ASSERT(group >= 1 && group <= 8 && n % group == 0 && row_align >= 1);
   for (size_t i = 0; i < n; ++i) {
     const QuantKernels& kw = kernels(mv[i].w.type);
     if (!kw.vec_dot) fail("matvec: no dot product for weight type %s", type_info(mv[i].w.type).name);
@@ -79,7 +88,7 @@ void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, in
   auto chunk = [&](int64_t c) {
     const size_t g = static_cast<size_t>(std::upper_bound(first, first + n_groups + 1, c) - first - 1);
     const int64_t r0 = (c - first[g]) * grain[g], r1 = std::min(mv[g * group].w.ne1, r0 + grain[g]);
-    for (size_t j = 0; j < group; ++j) rows(mv[g * group + j], r0, r1);
+    rows(mv + g * group, group, r0, r1);
     if (then) then(g, r0, r1);
   };
   if (bytes < kChunkBytes) {

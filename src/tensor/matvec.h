@@ -22,10 +22,10 @@ struct Matvec {
 // as matmul converts it; returns x itself when that type is F32. n must suit the type's block size.
 const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::vector<uint8_t>& buf);
 
-// Runs mv[0..n) in one region. Consecutive runs of `group` products (equal ne1) form a group; the
+// Runs mv[0..n) in one region. Consecutive runs of `group` (<= 8) products (equal ne1) form a group; the
 // rows of every group are cut into chunks of about 64 KB of weights (a multiple of `row_align` rows),
-// claimed dynamically, and a chunk covers the same rows [r0, r1) of each product of its group, which
-// are read one after the other. After a chunk, then(g, r0, r1) runs on the same thread (may be empty),
+// claimed dynamically, and a chunk covers the same rows [r0, r1) of each product of its group, read
+// row by row across the group. After a chunk, then(g, r0, r1) runs on the same thread (may be empty),
 // so the group's outputs for those rows can be combined there. Products under 64 KB in all run on
 // the calling thread.
 void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align = 1,
