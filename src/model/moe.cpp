@@ -48,10 +48,13 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, u
   }
   const int64_t align = type_info(at).block;
   const auto from_float = kernels(at).from_float;
+  // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
+  float* const abp = ab.data();
+  uint8_t* const aqp = aq.data();
   matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
-    float* a = &ab[(2 * j) * F];
+    float* a = abp + (2 * j) * F;
     situ.apply(a + r0, a + F + r0, r1 - r0);
-    if (at != GgmlType::F32) from_float(a + r0, &aq[j * aq_row + row_size(at, r0)], r1 - r0);
+    if (at != GgmlType::F32) from_float(a + r0, aqp + j * aq_row + row_size(at, r0), r1 - r0);
   });
   mv.clear();
   for (int64_t j = 0; j < k; ++j) {

@@ -46,6 +46,14 @@ TEST(Moe, OneTokenPathMatchesGroupedPath) {
   check(config_c(1e-5f), "moe_c", 1);  // MXFP4 experts
   check(config_d(1e-5f), "moe_d", 2);  // q8_0
   check(config_a(1e-5f), "moe_a", 3);  // f32
+  // Experts large enough (139 KB per MXFP4 matrix) that the one-token regions are cut into several
+  // chunks, claimed by worker threads.
+  model::SynthOptions big = config_c(1e-5f);
+  big.n_embd = 256;
+  big.latent = 256;
+  big.n_ff_exp = 1024;
+  check(big, "moe_big2", 2);
+  check(big, "moe_big3", 3);
 }
 
 }  // namespace
