@@ -13,6 +13,22 @@
 
 namespace k3 {
 
+void populate_pages(const void* p, size_t n) {
+  if (!p || n == 0) return;
+  const long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
+  if (page <= 0 || pages <= 0 || n / static_cast<size_t>(page) > static_cast<size_t>(pages) / 2) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(page - 1);
+  void* start = reinterpret_cast<void*>(a);
+  const size_t len = reinterpret_cast<uintptr_t>(p) + n - a;
+#ifdef MADV_POPULATE_READ
+  if (madvise(start, len, MADV_POPULATE_READ) == 0) return;
+#else
+  // Linux >= 5.14 value; older kernels answer EINVAL and the read-ahead below runs instead.
+  if (madvise(start, len, 22) == 0) return;
+#endif
+  madvise(start, len, MADV_WILLNEED);
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));

@@ -10,7 +10,7 @@ void situ_mlp(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor&
   std::vector<float> a(T * F), b(T * F);
   linear(ctx, gate, x, T, a.data());
   linear(ctx, up, x, T, b.data());
-  for (int64_t i = 0; i < T * F; ++i) a[i] = situ(a[i], b[i]);
+  situ.apply(a.data(), b.data(), T * F);
   linear(ctx, down, a.data(), T, out);
 }
 

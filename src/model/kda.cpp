@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/trace.h"
+#include "tensor/vecmath.h"
 
 namespace k3::model {
 
@@ -22,10 +23,11 @@ void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int
     for (int64_t t = 0; t < T; ++t) {
       float acc = 0.0f;
       for (int64_t j = 0; j < K; ++j) acc += wc[j] * ext[t + j];
-      y[t * D + c] = ops::silu(acc);
+      y[t * D + c] = acc;
     }
     for (int64_t j = 0; j < S; ++j) sc[j] = ext[T + j];
   }
+  ops::silu_n(y, T * D);
 }
 
 // l2n over one head (§5): rmsnorm(x; eps/n), then a separate multiplication by 1/sqrt(n).
@@ -48,21 +50,22 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
   };
 
-  // 1-2. projections, conv + silu per stream (state blocks q, k, v)
-  std::vector<float> proj(T * D), q(T * D), k(T * D), v(T * D);
-  const Tensor* wqkv[3] = {&w.wq, &w.wk, &w.wv};
+  // 1-2. every projection of x (one parallel region for a single token), conv + silu per stream
+  std::vector<float> proj(3 * T * D), q(T * D), k(T * D), v(T * D), fa(T * d), beta(T * nh), gate(T * D);
+  const LinearJob jobs[] = {{w.wq.mat(), x, &proj[0]},         {w.wk.mat(), x, &proj[T * D]},
+                            {w.wv.mat(), x, &proj[2 * T * D]}, {w.f_a.mat(), x, fa.data()},
+                            {w.beta.mat(), x, beta.data()},    {w.ssm_g.mat(), x, gate.data()}};
+  linear_batch(ctx, jobs, 6, T);
   const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
   float* dst[3] = {q.data(), k.data(), v.data()};
   static const char* names[3] = {"kda_q_conv", "kda_k_conv", "kda_v_conv"};
   for (int s = 0; s < 3; ++s) {
-    linear(ctx, *wqkv[s], x, T, proj.data());
-    conv_silu(proj.data(), conv[s]->f32(), st.conv.data() + s * D * (K - 1), T, D, K, dst[s]);
+    conv_silu(&proj[s * T * D], conv[s]->f32(), st.conv.data() + s * D * (K - 1), T, D, K, dst[s]);
     trace(names[s], dst[s], D);
   }
 
   // 3. decay gate g [T][D]
-  std::vector<float> fa(T * d), g(T * D);
-  linear(ctx, w.f_a, x, T, fa.data());
+  std::vector<float> g(T * D);
   linear(ctx, w.f_b, fa.data(), T, g.data());
   const float* dt_bias = w.dt_bias.f32();
   const float* A = w.ssm_a.f32();
@@ -82,9 +85,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   trace("kda_gate", g.data(), D);
 
   // 4. beta [T][n_head]
-  std::vector<float> beta(T * nh);
-  linear(ctx, w.beta, x, T, beta.data());
-  for (float& b : beta) b = ops::sigmoid(b);
+  ops::sigmoid_n(beta.data(), T * nh);
 
   // 5. l2-normalise q and k per head
   for (int64_t t = 0; t < T; ++t)
@@ -96,6 +97,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 6. recurrence, per head, tokens in order. S row j (value channel) holds S[i][j] over i.
   std::vector<float> o(T * D);
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
+  const VecMath& vm = vecmath();
   par_for(ctx, nh, T * d * d * 4, [&](int64_t h0, int64_t h1) {
     std::vector<float> eg(d);
     for (int64_t h = h0; h < h1; ++h) {
@@ -103,39 +105,23 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       for (int64_t t = 0; t < T; ++t) {
         const float* qh = &q[t * D + h * d];
         const float* kh = &k[t * D + h * d];
-        const float* vh = &v[t * D + h * d];
         const float* gh = &g[t * D + h * d];
-        const float bh = beta[t * nh + h];
-        for (int64_t i = 0; i < d; ++i) eg[i] = expf(gh[i]);
-        for (int64_t j = 0; j < d; ++j) {
-          float* Sj = S + j * d;
-          float u = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            Sj[i] *= eg[i];
-            u += Sj[i] * kh[i];
-          }
-          const float delta = bh * (vh[j] - u);
-          float y = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            Sj[i] += kh[i] * delta;
-            y += Sj[i] * qh[i];
-          }
-          o[t * D + h * d + j] = y * scale;
-        }
+        for (int64_t i = 0; i < d; ++i) eg[i] = gh[i];
+        ops::exp_n(eg.data(), d);
+        vm.delta_rule(S, d, eg.data(), kh, qh, &v[t * D + h * d], beta[t * nh + h], scale, &o[t * D + h * d]);
       }
     }
   });
   trace("kda_core", o.data(), D);
 
   // 7. per-head norm, then the full-rank gate
-  std::vector<float> gate(T * D);
-  linear(ctx, w.ssm_g, x, T, gate.data());
+  ops::sigmoid_n(gate.data(), T * D);
   const float* nw = w.ssm_norm.f32();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < nh; ++h) {
       float* oh = &o[t * D + h * d];
       ops::rmsnorm_mul(oh, nw, oh, d, eps);
-      for (int64_t j = 0; j < d; ++j) oh[j] = oh[j] * ops::sigmoid(gate[t * D + h * d + j]);
+      for (int64_t j = 0; j < d; ++j) oh[j] = oh[j] * gate[t * D + h * d + j];
     }
   trace("kda_gated", o.data(), D);
 

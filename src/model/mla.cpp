@@ -43,17 +43,20 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 4. absorb k_b: Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)], per head a [T] x [d_nope -> r_kv] product
   std::vector<float> Q(nh * T * row);  // [nh][T][row]
   {
-    std::vector<float> qn(T * d_nope), qt(T * r_kv);
+    std::vector<float> qn(nh * T * d_nope), qt(nh * T * r_kv);  // [nh][T][d_nope], [nh][T][r_kv]
+    std::vector<LinearJob> jobs(nh);
     for (int64_t h = 0; h < nh; ++h) {
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < d_nope; ++i) qn[t * d_nope + i] = q[t * nh * d_qk + h * d_qk + i];
-      linear(ctx, w.k_b.mat(h), qn.data(), T, qt.data());
+        for (int64_t i = 0; i < d_nope; ++i) qn[(h * T + t) * d_nope + i] = q[t * nh * d_qk + h * d_qk + i];
+      jobs[h] = {w.k_b.mat(h), &qn[h * T * d_nope], &qt[h * T * r_kv]};
+    }
+    linear_batch(ctx, jobs.data(), jobs.size(), T);  // all heads in one region for a single token
+    for (int64_t h = 0; h < nh; ++h)
       for (int64_t t = 0; t < T; ++t) {
         float* Qt = &Q[(h * T + t) * row];
-        for (int64_t j = 0; j < r_kv; ++j) Qt[j] = qt[t * r_kv + j];
+        for (int64_t j = 0; j < r_kv; ++j) Qt[j] = qt[(h * T + t) * r_kv + j];
         for (int64_t i = 0; i < d_pe; ++i) Qt[r_kv + i] = q[t * nh * d_qk + h * d_qk + d_nope + i];
       }
-    }
   }
 
   // 5-6a. causal softmax attention over the latent cache; latent read-out per head [nh][T][r_kv]
@@ -85,12 +88,13 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 6b. value up-projection per head, heads concatenated: o [T][nh*d_v]
   std::vector<float> o(T * nh * d_v);
   {
-    std::vector<float> oh(T * d_v);
-    for (int64_t h = 0; h < nh; ++h) {
-      linear(ctx, w.v_b.mat(h), &lat[h * T * r_kv], T, oh.data());
+    std::vector<float> oh(nh * T * d_v);  // [nh][T][d_v]
+    std::vector<LinearJob> jobs(nh);
+    for (int64_t h = 0; h < nh; ++h) jobs[h] = {w.v_b.mat(h), &lat[h * T * r_kv], &oh[h * T * d_v]};
+    linear_batch(ctx, jobs.data(), jobs.size(), T);
+    for (int64_t h = 0; h < nh; ++h)
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t m = 0; m < d_v; ++m) o[t * nh * d_v + h * d_v + m] = oh[t * d_v + m];
-    }
+        for (int64_t m = 0; m < d_v; ++m) o[t * nh * d_v + h * d_v + m] = oh[(h * T + t) * d_v + m];
   }
   trace("mla_attn", o.data(), nh * d_v);
 
@@ -98,7 +102,8 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   if (w.attn_gate) {
     std::vector<float> gate(T * nh * d_v);
     linear(ctx, w.attn_gate, x, T, gate.data());
-    for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * ops::sigmoid(gate[i]);
+    ops::sigmoid_n(gate.data(), static_cast<int64_t>(gate.size()));
+    for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * gate[i];
   }
 
   // 8. output projection

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/mmap.h"
 #include "model/attnres.h"
 #include "model/embedding.h"
 #include "model/ffn.h"
@@ -24,6 +25,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     fail("%s: %s", path.c_str(), e.what());
   }
   m->w_ = bind_weights(m->file_, m->hp_);
+  for (const auto& f : m->file_.files()) populate_pages(f->base(), f->size());  // no page fault per first read
   return m;
 }
 

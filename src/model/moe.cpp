@@ -6,8 +6,75 @@
 
 #include "model/ffn.h"
 #include "model/trace.h"
+#include "tensor/kernels.h"
+#include "tensor/matvec.h"
 
 namespace k3::model {
+
+ExpertMats expert_mats(const LayerWeights& w, uint32_t /*il*/, int64_t e) {
+  return {w.gate_exps.mat(e), w.up_exps.mat(e), w.down_exps.mat(e)};
+}
+
+namespace {
+
+// One token (decode): y[j] = down_j situ(gate_j z, up_j z) for the k selected experts, in two
+// parallel regions: the gate and up rows of all k experts (situ and the quantization of its output
+// applied per chunk of rows, on the thread that produced them), then the k down matrices. z is
+// quantized once. Same bits as the per-expert linear() path.
+void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, uint32_t il, const int32_t* sel,
+                       int64_t k, const float* z, int64_t dl, float* y) {
+  const int64_t F = w.gate_exps.ne[1];
+  thread_local std::vector<float> ab;                   // [k][2][F]: gate then up outputs
+  thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z (per partner type), situ outputs
+  thread_local std::vector<Matvec> mv;
+  ab.resize(static_cast<size_t>(k) * 2 * F);
+  mv.clear();
+  const ExpertMats first = expert_mats(w, il, sel[0]);
+  const void* zg = quantize_activation(first.gate.type, z, dl, zq_gate);
+  const void* zu = kernels(first.up.type).vec_dot_type == kernels(first.gate.type).vec_dot_type
+                       ? zg
+                       : quantize_activation(first.up.type, z, dl, zq_up);
+  const GgmlType at = kernels(first.down.type).vec_dot_type;
+  const size_t aq_row = row_size(at, F);
+  aq.resize(static_cast<size_t>(k) * aq_row);
+  for (int64_t j = 0; j < k; ++j) {
+    const ExpertMats m = expert_mats(w, il, sel[j]);
+    if (ctx.observer) {
+      ctx.observer->on_matmul(m.gate, z, 1);
+      ctx.observer->on_matmul(m.up, z, 1);
+    }
+    mv.push_back({m.gate, zg, &ab[(2 * j) * F]});
+    mv.push_back({m.up, zu, &ab[(2 * j + 1) * F]});
+  }
+  const int64_t align = type_info(at).block;
+  const auto from_float = kernels(at).from_float;
+  // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
+  float* const abp = ab.data();
+  uint8_t* const aqp = aq.data();
+  matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
+    float* a = abp + (2 * j) * F;
+    situ.apply(a + r0, a + F + r0, r1 - r0);
+    if (at != GgmlType::F32) from_float(a + r0, aqp + j * aq_row + row_size(at, r0), r1 - r0);
+  });
+  mv.clear();
+  for (int64_t j = 0; j < k; ++j) {
+    const ExpertMats m = expert_mats(w, il, sel[j]);
+    const float* a = &ab[(2 * j) * F];
+    if (ctx.observer) ctx.observer->on_matmul(m.down, a, 1);
+    mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[j * aq_row], y + j * dl});
+  }
+  matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
+}
+
+// The fused path rounds the activation to the partner format like matmul; F16 stacks under the AMX
+// rule go through linear(), which widens the weights instead.
+bool fused_ok(const Ctx& ctx, const LayerWeights& w) {
+  for (const Tensor* t : {&w.gate_exps, &w.up_exps, &w.down_exps})
+    if (t->type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx) return false;
+  return true;
+}
+
+}  // namespace
 
 void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, const float* x, int64_t T,
                  float* out) {
@@ -21,7 +88,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   std::vector<float> probs(T * E);
   linear(ctx, w.gate_inp, x, T, probs.data());
   if (hp.gating == Gating::Sigmoid)
-    for (float& p : probs) p = ops::sigmoid(p);
+    ops::sigmoid_n(probs.data(), T * E);
   else
     for (int64_t t = 0; t < T; ++t) ops::softmax(&probs[t * E], E);
   std::vector<int32_t> sel(T * k);
@@ -63,7 +130,9 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
   std::vector<float> y(T * k * dl);
-  {
+  if (T == 1 && fused_ok(ctx, w)) {
+    experts_one_token(ctx, situ, w, il, sel.data(), k, z, dl, y.data());
+  } else {
     const int64_t F = w.gate_exps.ne[1];
     std::vector<std::vector<int64_t>> rows(E);  // (t * k + slot) per expert
     for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
@@ -77,10 +146,11 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       b.resize(n * F);
       ye.resize(n * dl);
       for (int64_t m = 0; m < n; ++m) std::copy_n(z + (r[m] / k) * dl, dl, &zin[m * dl]);
-      linear(ctx, w.gate_exps.mat(e), zin.data(), n, a.data());
-      linear(ctx, w.up_exps.mat(e), zin.data(), n, b.data());
-      for (int64_t i = 0; i < n * F; ++i) a[i] = situ(a[i], b[i]);
-      linear(ctx, w.down_exps.mat(e), a.data(), n, ye.data());
+      const ExpertMats me = expert_mats(w, il, e);
+      linear(ctx, me.gate, zin.data(), n, a.data());
+      linear(ctx, me.up, zin.data(), n, b.data());
+      situ.apply(a.data(), b.data(), n * F);
+      linear(ctx, me.down, a.data(), n, ye.data());
       for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl], dl, &y[r[m] * dl]);
     }
   }

@@ -48,24 +48,33 @@ void par_for(Ctx& ctx, int64_t n, int64_t cost, const std::function<void(int64_t
 void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y);
 inline void linear(Ctx& ctx, const Tensor& w, const float* x, int64_t T, float* y) { linear(ctx, w.mat(), x, T, y); }
 
+// Several products y = W x of T tokens each. For one token they run in one parallel region (each
+// distinct input quantized once); otherwise one linear() each. Same bits as linear() either way.
+struct LinearJob {
+  WeightView w;
+  const float* x;
+  float* y;
+};
+void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T);
+
 namespace ops {
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-inline float silu(float x) { return x / (1.0f + expf(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-// situ(a, b) (model.md §5), evaluated in llama.cpp's order with the float reciprocals.
+// situ(a, b) (model.md §5) with the float reciprocals; the scalar form, in llama.cpp's order, is
+// vecmath's reference (src/tensor/vecmath.cpp).
 struct Situ {
   float beta, inv_beta, lambda, inv_lambda;
   Situ(float b, float l) : beta(b), inv_beta(1.0f / b), lambda(l), inv_lambda(l > 0 ? 1.0f / l : 0.0f) {}
-  float operator()(float a, float b) const {
-    float t = tanhf(a * inv_beta);
-    t = t * beta;
-    t = t * sigmoid(a);
-    const float u = lambda > 0 ? tanhf(b * inv_lambda) * lambda : b;
-    return t * u;
-  }
+  // a[i] = situ(a[i], b[i]) for i < n with the active ISA's vecmath (the scalar form under
+  // K3_ISA=scalar, a few ulp from it otherwise).
+  void apply(float* a, const float* b, int64_t n) const;
 };
+// In place over n values, vectorised like Situ::apply.
+void sigmoid_n(float* x, int64_t n);
+void silu_n(float* x, int64_t n);
+void exp_n(float* x, int64_t n);
 
 // c = 1 / sqrtf((float)(sum x^2 / n) + eps), the sum in double.
 float rms_scale(const float* x, int64_t n, float eps);

@@ -375,7 +375,7 @@ namespace detail {
 void register_scalar_kernels(KernelTable& t) {
   auto set = [&](T type, T vdt, void (*to)(const void*, float*, int64_t),
                  void (*dot)(int64_t, float*, const void*, const void*)) {
-    t[static_cast<int>(type)] = QuantKernels{vdt, to, nullptr, dot};
+    t[static_cast<int>(type)] = QuantKernels{vdt, to, nullptr, dot, false};
   };
   set(T::F32, T::F32, to_float_f32, vec_dot_f32);
   set(T::F16, T::F16, to_float_ref<T::F16>, vec_dot_half<fp16_to_fp32>);

@@ -30,7 +30,14 @@ struct QuantKernels {
   // scales as llama.cpp does (K-quants, IQ4_XS: s += (d_a·d_w)·isum − (d_a·dmin_w)·msum per
   // super-block, evaluated identically by every ISA, so those dots are bit-identical across ISAs).
   void (*vec_dot)(int64_t n, float* s, const void* x, const void* y);
+  // vec_dot prefetches the weight stream kDotPrefetchBytes ahead of its reads, a few lines per step,
+  // so a matvec over consecutive rows needs no prefetch of its own (matmul.cpp).
+  bool dot_prefetches = false;
 };
+
+// How far ahead of its reads a weight stream is prefetched: far enough to cover the memory latency
+// at full bandwidth, near enough that the lines are still in L1/L2 when read (docs/performance.md).
+constexpr size_t kDotPrefetchBytes = 4096;
 
 // Kernels for the active ISA, or for a given one (falls back to the best available below it).
 const QuantKernels& kernels(GgmlType t);

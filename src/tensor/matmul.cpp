@@ -1,13 +1,12 @@
 #include "tensor/matmul.h"
 
-#include <xmmintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <vector>
 
 #include "common/error.h"
 #include "tensor/kernels.h"
+#include "tensor/matvec.h"
 
 namespace k3 {
 
@@ -53,18 +52,8 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   const auto vec_dot = kw.vec_dot;
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   if (n_tokens == 1) {
-    // Memory-bound matvec: equal contiguous row ranges stream each thread's share of weights.
-    // The next row is prefetched while this one is multiplied: rows are about a page long and the
-    // hardware prefetchers do not follow a stream across pages.
-    const size_t wrow = row_size(w.type, ne0);
-    pool.run([&](int ith, int nth) {
-      const int64_t r0 = ne1 * ith / nth, r1 = ne1 * (ith + 1) / nth;
-      for (int64_t r = r0; r < r1; ++r) {
-        if (r + 1 < r1)
-          for (size_t off = 0; off < wrow; off += 64) _mm_prefetch(reinterpret_cast<const char*>(wdata + (r + 1) * w.nb1 + off), _MM_HINT_T0);
-        vec_dot(ne0, y + r, wdata + r * w.nb1, xq);
-      }
-    });
+    const Matvec mv{w, xq, y};
+    matvec_batch(&mv, 1, 1, pool);
     return;
   }
 

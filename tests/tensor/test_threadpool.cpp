@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -89,6 +91,55 @@ TEST(ThreadPool, ExceptionsReachTheCaller) {
   std::atomic<int> count{0};
   pool.run([&](int, int) { count++; });  // still usable
   EXPECT_EQ(count.load(), 2);
+}
+
+TEST(ThreadPool, ChunksCoverRangeOnceInOrderedChunks) {
+  for (int n : {1, 2, 3}) {
+    ThreadPool pool(n);
+    for (int job = 0; job < 500; ++job) {  // many short jobs: no lost or repeated chunk
+      const int64_t len = 1 + job % 97, grain = 1 + job % 7;
+      std::vector<std::atomic<int>> seen(len);
+      std::atomic<int> bad{0};
+      pool.chunks(len, grain, [&](int64_t b, int64_t e) {
+        if (b % grain != 0 || e - b > grain || e > len || b >= e) bad++;
+        for (int64_t i = b; i < e; ++i) seen[i]++;
+      });
+      ASSERT_EQ(bad.load(), 0);
+      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(seen[i].load(), 1) << "job " << job << " index " << i;
+    }
+  }
+}
+
+// Chunks are claimed dynamically: while one thread is held inside a chunk (as a preempted worker
+// would be), the other claims and finishes all the remaining ones.
+TEST(ThreadPool, OtherThreadTakesOverChunks) {
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 20; ++rep) {
+    std::atomic<int> done{0};
+    bool others_done = false;
+    pool.chunks(64, 1, [&](int64_t b, int64_t) {
+      if (b == 1) {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (done.load() < 63 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+          std::this_thread::yield();
+        others_done = done.load() == 63;
+      }
+      done++;
+    });
+    EXPECT_EQ(done.load(), 64);
+    EXPECT_TRUE(others_done) << "repetition " << rep;
+  }
+}
+
+TEST(ThreadPool, ChunkExceptionsReachTheCaller) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.chunks(100, 3, [](int64_t b, int64_t) {
+                 if (b == 42) throw std::runtime_error("chunk failed");
+               }),
+               std::runtime_error);
+  std::atomic<int> count{0};
+  pool.chunks(10, 1, [&](int64_t, int64_t) { count++; });
+  EXPECT_EQ(count.load(), 10);
 }
 
 TEST(ThreadPool, HardwareThreads) { EXPECT_GE(ThreadPool::hardware_threads(), 1); }

@@ -1,0 +1,89 @@
+#include "tensor/vecmath.h"
+
+#include <cmath>
+
+namespace k3 {
+
+namespace {
+
+// The references: libm, in llama.cpp's order of operations (model.md §9).
+float sigmoid1(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void situ_ref(float* a, const float* b, int64_t n, const SituParams& p) {
+  for (int64_t i = 0; i < n; ++i) {
+    float t = tanhf(a[i] * p.inv_beta);
+    t = t * p.beta;
+    t = t * sigmoid1(a[i]);
+    const float u = p.lambda > 0 ? tanhf(b[i] * p.inv_lambda) * p.lambda : b[i];
+    a[i] = t * u;
+  }
+}
+void sigmoid_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = sigmoid1(x[i]);
+}
+void silu_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+void exp_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = expf(x[i]);
+}
+
+float tree16(float* a) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) a[l] += a[l + w];
+  return a[0];
+}
+
+void delta_rule_ref(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v, float beta,
+                    float scale, float* o) {
+  for (int64_t j = 0; j < d; ++j) {
+    float* Sj = S + j * d;
+    float acc[16] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      Sj[i] = Sj[i] * eg[i];
+      acc[i % 16] = fmaf(Sj[i], k[i], acc[i % 16]);
+    }
+    const float delta = beta * (v[j] - tree16(acc));
+    float acc2[16] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      Sj[i] = fmaf(k[i], delta, Sj[i]);
+      acc2[i % 16] = fmaf(Sj[i], q[i], acc2[i % 16]);
+    }
+    o[j] = tree16(acc2) * scale;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
+                       float beta, float scale, float* o) {
+  delta_rule_ref(S, d, eg, k, q, v, beta, scale, o);
+}
+float lane_tree16(float* a) { return tree16(a); }
+}  // namespace detail
+
+namespace {
+
+struct Tables {
+  VecMath t[3];
+  Tables() {
+    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, delta_rule_ref};
+    t[1] = t[0];
+    detail::vecmath_avx2(t[1]);
+    t[2] = t[1];
+    detail::vecmath_avx512(t[2]);
+  }
+};
+
+}  // namespace
+
+const VecMath& vecmath(Isa isa) {
+  static const Tables tab;
+  const Isa best = cpu_best_isa();
+  return tab.t[static_cast<int>(isa < best ? isa : best)];
+}
+
+const VecMath& vecmath() { return vecmath(active_isa()); }
+
+}  // namespace k3

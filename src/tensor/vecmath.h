@@ -1,0 +1,44 @@
+// Element-wise transcendental functions of the model (situ, sigmoid, silu, exp) over arrays, with
+// run-time ISA dispatch like the kernels. The scalar forms (libm, in the model's evaluation order)
+// are the references; the SIMD forms use polynomial exp/expm1 and stay within a few ulp of them
+// (tests/tensor/test_vecmath.cpp states the bounds).
+#pragma once
+#include <cstdint>
+
+#include "tensor/kernels.h"
+
+namespace k3 {
+
+// situ(a, b) = (tanh(a / beta) * beta) * sigmoid(a) * (lambda > 0 ? tanh(b / lambda) * lambda : b),
+// with the reciprocals given (model.md §5).
+struct SituParams {
+  float beta, inv_beta, lambda, inv_lambda;
+};
+
+struct VecMath {
+  void (*situ)(float* a, const float* b, int64_t n, const SituParams& p);  // a[i] = situ(a[i], b[i])
+  void (*sigmoid)(float* x, int64_t n);                                  // x = 1 / (1 + exp(-x))
+  void (*silu)(float* x, int64_t n);                                     // x = x / (1 + exp(-x))
+  void (*exp)(float* x, int64_t n);                                      // x = exp(x)
+  // One delta-rule step of one KDA head (model.md §6.3 step 6), S [d][d] with row j over key i:
+  // S_j *= eg; u = S_j·k; δ = beta (v_j − u); S_j += k δ; o_j = (S_j·q) scale. Each inner product
+  // is summed in 16 lanes (element i in lane i % 16, fused multiply-adds) and the lanes are added
+  // as a halving tree, so every ISA gives the same bits.
+  void (*delta_rule)(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
+                     float beta, float scale, float* o);
+};
+
+// For the active ISA (kernels.h), or a given one (falls back to the best available below it).
+const VecMath& vecmath();
+const VecMath& vecmath(Isa isa);
+
+namespace detail {
+// The scalar delta rule and its lane tree, for the SIMD forms (uneven d, final sums).
+void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
+                       float beta, float scale, float* o);
+float lane_tree16(float* a);
+void vecmath_avx2(VecMath& v);    // vecmath_avx2.cpp
+void vecmath_avx512(VecMath& v);  // vecmath_avx512.cpp
+}  // namespace detail
+
+}  // namespace k3

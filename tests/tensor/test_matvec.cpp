@@ -1,0 +1,90 @@
+// matvec_batch: every output is one vec_dot (same bits as calling it), for any thread count and
+// grouping; groups see their rows in `then` after all of the group's products for those rows.
+#include "tensor/matvec.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <vector>
+
+#include "tensor/kernels.h"
+
+namespace k3 {
+namespace {
+
+using T = GgmlType;
+
+struct Mat {
+  T type;
+  int64_t ne0, ne1;
+  std::vector<uint8_t> w;
+  WeightView view() const { return {type, w.data(), ne0, ne1, row_size(type, ne0)}; }
+};
+
+Mat make(T t, int64_t ne0, int64_t ne1, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> f(ne0 * ne1);
+  for (float& v : f) v = nd(rng);
+  Mat m{t, ne0, ne1, std::vector<uint8_t>(row_size(t, ne0) * ne1)};
+  quantize_rows(t, f.data(), m.w.data(), ne1, ne0, nullptr);
+  return m;
+}
+
+TEST(Matvec, BatchIsOneVecDotPerOutput) {
+  // Four groups of two (gate/up-like pairs) over 1024 inputs: 2 x 4 x 200 rows, several chunks each.
+  std::vector<Mat> mats;
+  for (int i = 0; i < 8; ++i) mats.push_back(make(i % 3 ? T::MXFP4 : T::Q8_0, 1024, 200, 40 + i));
+  std::vector<float> x(1024);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(rng);
+  std::vector<uint8_t> buf_q, buf_m;
+  for (int n_threads : {1, 2, 3}) {
+    ThreadPool pool(n_threads);
+    std::vector<std::vector<float>> y(8, std::vector<float>(200, -1.0f));
+    std::vector<Matvec> mv;
+    for (int i = 0; i < 8; ++i)
+      mv.push_back({mats[i].view(), quantize_activation(mats[i].type, x.data(), 1024, i % 3 ? buf_m : buf_q), y[i].data()});
+    std::vector<std::atomic<int>> seen(4 * 200);
+    matvec_batch(mv.data(), mv.size(), 2, pool, 32, [&](size_t g, int64_t r0, int64_t r1) {
+      ASSERT_EQ(r0 % 32, 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        ASSERT_NE(y[2 * g][r], -1.0f);  // both products of the group are done for these rows
+        ASSERT_NE(y[2 * g + 1][r], -1.0f);
+        seen[g * 200 + r]++;
+      }
+    });
+    for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+    for (int i = 0; i < 8; ++i)
+      for (int64_t r = 0; r < 200; ++r) {
+        float s;
+        kernels(mats[i].type).vec_dot(1024, &s, mats[i].w.data() + r * row_size(mats[i].type, 1024),
+                                      mv[i].xq);
+        ASSERT_EQ(s, y[i][r]) << "threads " << n_threads << " product " << i << " row " << r;
+      }
+  }
+}
+
+TEST(Matvec, LargeMatmulSameBitsAnyThreads) {
+  const Mat m = make(T::Q8_0, 2048, 600, 1);  // 1.3 MB: many chunks
+  std::vector<float> x(2048, 0.5f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  std::vector<float> ref(600);
+  {
+    ThreadPool pool(1);
+    matmul(m.view(), x.data(), 1, ref.data(), pool);
+  }
+  for (int n : {2, 3}) {
+    ThreadPool pool(n);
+    std::vector<float> y(600);
+    for (int rep = 0; rep < 50; ++rep) {
+      matmul(m.view(), x.data(), 1, y.data(), pool);
+      ASSERT_EQ(y, ref) << n << " threads, repetition " << rep;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace k3
