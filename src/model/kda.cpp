@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/kda_scan.h"
 #include "model/trace.h"
 
 namespace k3::model {
@@ -107,21 +108,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
         const float* gh = &g[t * D + h * d];
         const float bh = beta[t * nh + h];
         for (int64_t i = 0; i < d; ++i) eg[i] = expf(gh[i]);
-        for (int64_t j = 0; j < d; ++j) {
-          float* Sj = S + j * d;
-          float u = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            Sj[i] *= eg[i];
-            u += Sj[i] * kh[i];
-          }
-          const float delta = bh * (vh[j] - u);
-          float y = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            Sj[i] += kh[i] * delta;
-            y += Sj[i] * qh[i];
-          }
-          o[t * D + h * d + j] = y * scale;
-        }
+        kda_token(S, d, qh, kh, eg.data(), vh, bh, scale, &o[t * D + h * d]);
       }
     }
   });
