@@ -31,6 +31,13 @@ struct GemmKernel {
 // IQ4_NL and MXFP4.
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
+// y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,
+// with a in the weight's vec_dot_type, on the calling thread under the active ISA: the tiled
+// kernel where there is one (packing a into a per-thread buffer if it needs that), else one
+// vec_dot per pair. The same bits either way.
+void gemm_rows(GgmlType t, int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* a,
+               size_t a_stride, int64_t n_tok, float* y, int64_t ldy);
+
 namespace detail {
 const GemmKernel* gemm_kernel_avx512(GgmlType t);  // gemm_avx512.cpp
 }  // namespace detail

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -95,6 +96,36 @@ TEST(Gemm, BitIdenticalToVecDot) {
       EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
     }
   }
+}
+
+// gemm_rows (the calling-thread entry MLA uses) under every ISA, packed and unpacked types.
+TEST(Gemm, RowsEntryMatchesVecDot) {
+  const Isa saved = active_isa();
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa > cpu_best_isa()) continue;
+    set_isa(isa);
+    for (T t : {T::F32, T::Q8_0}) {
+      const int64_t n = 320, rows = 13, tokens = 6;
+      const QuantKernels& kw = kernels(t);
+      std::mt19937 rng(7);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> f(n * std::max(rows, tokens));
+      for (float& v : f) v = nd(rng);
+      const size_t ws = row_size(t, n), as = row_size(kw.vec_dot_type, n);
+      std::vector<uint8_t> w(ws * rows), a(as * tokens);
+      quantize_rows(t, f.data(), w.data(), rows, n, nullptr);
+      for (int64_t k = 0; k < tokens; ++k) kernels(kw.vec_dot_type).from_float(f.data() + (k + 3) * n, a.data() + k * as, n);
+      std::vector<float> y(rows * tokens);
+      gemm_rows(t, n, w.data(), ws, rows, a.data(), as, tokens, y.data(), rows);
+      for (int64_t k = 0; k < tokens; ++k)
+        for (int64_t r = 0; r < rows; ++r) {
+          float want;
+          kw.vec_dot(n, &want, w.data() + r * ws, a.data() + k * as);
+          EXPECT_EQ(std::memcmp(&y[k * rows + r], &want, sizeof want), 0) << type_name(t) << " " << isa_name(isa);
+        }
+    }
+  }
+  set_isa(saved);
 }
 
 }  // namespace
