@@ -1,5 +1,6 @@
 // Kernel microbenchmarks: vec_dot / to_float / from_float per type and ISA, a memory read
-// bandwidth probe, and matvec over weights larger than L3 reported against that bandwidth.
+// bandwidth probe, matvec over weights larger than L3 reported against that bandwidth, and the
+// multi-token products (gemm: one thread, the tiled kernel against per-pair vec_dot).
 //
 //   bench_kernels                                   everything
 //   bench_kernels --benchmark_filter='matvec|membw' the bandwidth acceptance only
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../tests/tensor/ggml_cpu_oracle.h"
+#include "tensor/gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/membw.h"
@@ -212,6 +214,38 @@ void BM_matmul_tokens(benchmark::State& st, T t) {
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRow * ne1 * n_tokens * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
+// One matmul work item's shape on one thread: 64 rows of n = range(0) inputs × 16 tokens,
+// through the tiled kernel (activations packed outside the timing) or one vec_dot per output.
+void BM_gemm(benchmark::State& st, T t, bool tiled) {
+  const int64_t rows = 64, n_tokens = 16, kRow = st.range(0);
+  const QuantKernels& kw = kernels(t);
+  const GemmKernel* g = gemm_kernel(t, active_isa());
+  if (tiled && !g) {
+    st.SkipWithError("no tiled kernel for this type and ISA");
+    return;
+  }
+  const size_t wrow = row_size(t, kRow), arow = row_size(kw.vec_dot_type, kRow);
+  std::vector<uint8_t> w(wrow * rows), a(arow * n_tokens);
+  quantize_rows(t, random_floats(kRow * rows, 8).data(), w.data(), rows, kRow, nullptr);
+  const std::vector<float> x = random_floats(kRow * n_tokens, 9);
+  for (int64_t k = 0; k < n_tokens; ++k) kernels(kw.vec_dot_type).from_float(x.data() + k * kRow, a.data() + k * arow, kRow);
+  const size_t ps = tiled && g->packed_size(kRow) ? g->packed_size(kRow) : arow;
+  std::vector<uint8_t> packed(ps * n_tokens);
+  for (int64_t k = 0; k < n_tokens; ++k) {
+    if (ps != arow) g->pack(a.data() + k * arow, packed.data() + k * ps, kRow);
+    else std::memcpy(packed.data() + k * ps, a.data() + k * arow, arow);
+  }
+  std::vector<float> y(rows * n_tokens);
+  for (auto _ : st) {
+    if (tiled) g->run(kRow, w.data(), wrow, rows, packed.data(), ps, n_tokens, y.data(), rows);
+    else
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < n_tokens; ++k) kw.vec_dot(kRow, &y[k * rows + r], w.data() + r * wrow, a.data() + k * arow);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRow * rows * n_tokens * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
 void register_all() {
   for (T t : kWeightTypes)
     for (Isa isa : isas()) {
@@ -233,7 +267,11 @@ void register_all() {
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
-  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4})
+  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::MXFP4, T::Q4_0})
+    for (bool tiled : {true, false})
+      benchmark::RegisterBenchmark(("gemm/" + std::string(type_name(t)) + (tiled ? "/tiled" : "/vec_dot")).c_str(), BM_gemm, t, tiled)
+          ->Arg(512)->Arg(2048)->Arg(kRow)->Unit(benchmark::kMillisecond);
+  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::MXFP4})
     benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t))).c_str(), BM_matmul_tokens, t)
         ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 }

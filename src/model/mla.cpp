@@ -1,10 +1,11 @@
 #include "model/mla.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "model/trace.h"
-#include "tensor/kernels.h"
+#include "tensor/gemm.h"
 
 namespace k3::model {
 
@@ -59,28 +60,37 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       }
   }
 
-  // 5-6a. causal softmax attention over the latent cache; latent read-out per head [nh][T][r_kv]
+  // 5-6a. causal softmax attention over the latent cache; latent read-out per head [nh][T][r_kv].
+  // A work item is up to kAttnTokens consecutive tokens of one head: their scores come from one
+  // tiled product with the cache rows (the same bits as one dot per pair; rows past a token's
+  // causal limit are computed and ignored), and the read-out reads each cache row once for all of
+  // them. Every output keeps its own order of operations, so the result does not depend on T.
   std::vector<float> lat(nh * T * r_kv);
   const float kappa = 1.0f / sqrtf(static_cast<float>(d_qk));
-  const QuantKernels& f32 = kernels(GgmlType::F32);
-  par_for(ctx, nh * T, (n_past + T) * row * 2, [&](int64_t b, int64_t e) {
-    std::vector<float> p(n_past + T);
-    for (int64_t ht = b; ht < e; ++ht) {
-      const int64_t t = ht % T;
-      const int64_t n_kv = n_past + t + 1;
-      const float* Qt = &Q[ht * row];
-      for (int64_t s = 0; s < n_kv; ++s) {
-        float dot;
-        f32.vec_dot(row, &dot, st.kv.data() + s * row, Qt);
-        p[s] = dot * kappa;
+  constexpr int64_t kAttnTokens = 8;
+  const int64_t n_tb = (T + kAttnTokens - 1) / kAttnTokens;
+  par_for(ctx, nh * n_tb, (n_past + T) * row * 2 * kAttnTokens, [&](int64_t b, int64_t e) {
+    std::vector<float> p(kAttnTokens * (n_past + T));
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t h = item / n_tb, t0 = item % n_tb * kAttnTokens, t1 = std::min(T, t0 + kAttnTokens);
+      const int64_t ld = n_past + t1;  // cache rows the last token of the item sees
+      gemm_rows(GgmlType::F32, row, st.kv.data(), row * sizeof(float), ld, &Q[(h * T + t0) * row],
+                row * sizeof(float), t1 - t0, p.data(), ld);
+      for (int64_t t = t0; t < t1; ++t) {
+        float* pt = p.data() + (t - t0) * ld;
+        const int64_t n_kv = n_past + t + 1;
+        for (int64_t s = 0; s < n_kv; ++s) pt[s] *= kappa;
+        ops::softmax(pt, n_kv);
+        float* o = &lat[(h * T + t) * r_kv];
+        for (int64_t j = 0; j < r_kv; ++j) o[j] = 0.0f;
       }
-      ops::softmax(p.data(), n_kv);
-      float* o = &lat[ht * r_kv];
-      for (int64_t j = 0; j < r_kv; ++j) o[j] = 0.0f;
-      for (int64_t s = 0; s < n_kv; ++s) {
+      for (int64_t s = 0; s < ld; ++s) {
         const float* c = st.kv.data() + s * row;
-        const float ps = p[s];
-        for (int64_t j = 0; j < r_kv; ++j) o[j] += ps * c[j];
+        for (int64_t t = std::max(t0, s - n_past); t < t1; ++t) {  // the tokens that see row s
+          const float ps = p[(t - t0) * ld + s];
+          float* o = &lat[(h * T + t) * r_kv];
+          for (int64_t j = 0; j < r_kv; ++j) o[j] += ps * c[j];
+        }
       }
     }
   });

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tensor/gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/matvec.h"
 
@@ -57,8 +58,21 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
     return;
   }
 
+  // Register-tiled kernels where the ISA has them (bit-identical to vec_dot); their activation
+  // rows are packed once, shared by all threads. Packing is on the calling thread: it costs well
+  // under 1 % of the product, less than another fork/join when a worker is preempted.
+  const GemmKernel* gk = gemm_kernel(w.type, active_isa());
+  size_t xstride = xrow;
+  if (gk && gk->packed_size(ne0) > 0) {
+    xstride = gk->packed_size(ne0);
+    thread_local std::vector<uint8_t> packed;
+    packed.resize(static_cast<size_t>(n_tokens) * xstride);
+    for (int64_t t = 0; t < n_tokens; ++t) gk->pack(xq + t * xrow, packed.data() + t * xstride, ne0);
+    xq = packed.data();
+  }
+
   // Tokens x rows: work items are blocks of rows, handed out dynamically; within one, each weight
-  // row is reused for kTileTokens activation rows at a time. Each y is still one vec_dot.
+  // row is reused for kTileTokens activation rows at a time.
   const int64_t rows_fit = std::max<int64_t>(1, kTileWeightBytes / std::max<size_t>(1, w.nb1));
   const int64_t rows_balance = std::max<int64_t>(1, ne1 / (4 * pool.size()));
   const int64_t rb = std::min(rows_fit, rows_balance);
@@ -69,6 +83,10 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
       const int64_t r0 = item * rb, r1 = std::min(ne1, r0 + rb);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
         const int64_t t1 = std::min(n_tokens, t0 + kTileTokens);
+        if (gk) {
+          gk->run(ne0, wdata + r0 * w.nb1, w.nb1, r1 - r0, xq + t0 * xstride, xstride, t1 - t0, y + t0 * ne1 + r0, ne1);
+          continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* wr = wdata + r * w.nb1;
           for (int64_t t = t0; t < t1; ++t) vec_dot(ne0, y + t * ne1 + r, wr, xq + t * xrow);

@@ -1,0 +1,45 @@
+// Register-tiled matrix-matrix products (several weight rows × several activation rows per
+// tile), used by matmul for more than one token. Each output is bit-identical to the same ISA's
+// vec_dot on that (row, token) pair: the tiles form the same integer block sums and run the same
+// float accumulation (lane layout, accumulator split, horizontal sum, tail) per output; they only
+// share each weight block's unpacking across tokens and each activation block across rows.
+// So prefill, token-by-token decode and batched decode all give the same bits.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/kernels.h"
+
+namespace k3 {
+
+struct GemmKernel {
+  // Bytes of one packed activation row of n elements: the vec_dot_type row followed by what the
+  // tiles precompute from it once per call (re-biased codes, expanded scales). 0: the tiles read
+  // the vec_dot_type rows as they are and pack is unused.
+  size_t (*packed_size)(int64_t n);
+  // a: one activation row in the weight's vec_dot_type; packed: packed_size(n) bytes, 64-aligned.
+  void (*pack)(const void* a, void* packed, int64_t n);
+  // y[t * ldy + r] = vec_dot(n, w + r * w_stride, activation t) for r < n_rows, t < n_tok, where
+  // activation t is packed + t * p_stride (packed rows, or vec_dot_type rows when packed_size is
+  // 0). n is a positive multiple of the weight and vec_dot_type block sizes.
+  void (*run)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* packed,
+              size_t p_stride, int64_t n_tok, float* y, int64_t ldy);
+};
+
+// The tiled kernel for a weight type under an ISA, or null where there is none (then the
+// per-(row, token) vec_dot is the product). Tiled today: AVX-512 for F32, F16, BF16, Q8_0, Q4_0,
+// IQ4_NL and MXFP4.
+const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
+
+// y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,
+// with a in the weight's vec_dot_type, on the calling thread under the active ISA: the tiled
+// kernel where there is one (packing a into a per-thread buffer if it needs that), else one
+// vec_dot per pair. The same bits either way.
+void gemm_rows(GgmlType t, int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* a,
+               size_t a_stride, int64_t n_tok, float* y, int64_t ldy);
+
+namespace detail {
+const GemmKernel* gemm_kernel_avx512(GgmlType t);  // gemm_avx512.cpp
+}  // namespace detail
+
+}  // namespace k3

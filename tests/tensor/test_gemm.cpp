@@ -1,0 +1,132 @@
+// The tiled matrix-matrix kernels against the per-(row, token) vec_dot of the same ISA: every
+// output must have the same bits, for shapes that leave partial tiles and partial block groups.
+#include "tensor/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/kernels.h"
+
+namespace k3 {
+namespace {
+
+using T = GgmlType;
+
+const T kTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q4_0, T::IQ4_NL, T::MXFP4, T::Q4_K};
+
+struct Case {
+  int64_t n, rows, tokens;
+};
+
+// Returns the number of outputs compared (0 when the ISA has no tile for the type).
+int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
+  const GemmKernel* g = gemm_kernel(t, isa);
+  if (!g) return 0;
+  const QuantKernels& kw = kernels(t, isa);
+  const T vt = kw.vec_dot_type;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  // Weight rows padded by 3 bytes so that rows are not aligned.
+  const size_t wrow = row_size(t, cs.n), ws = wrow + 3;
+  std::vector<uint8_t> w(ws * cs.rows, 0xCD);
+  std::vector<float> f(cs.n);
+  for (int64_t r = 0; r < cs.rows; ++r) {
+    for (float& v : f) v = nd(rng) * 0.05f;
+    quantize_rows(t, f.data(), w.data() + r * ws, 1, cs.n, nullptr);
+  }
+  const size_t arow = row_size(vt, cs.n);
+  std::vector<uint8_t> a(arow * cs.tokens);
+  for (int64_t k = 0; k < cs.tokens; ++k) {
+    for (float& v : f) v = nd(rng);
+    kernels(vt, isa).from_float(f.data(), a.data() + k * arow, cs.n);
+  }
+  const size_t ps = g->packed_size(cs.n);
+  std::vector<uint8_t> packed;
+  const uint8_t* act = a.data();
+  size_t stride = arow;
+  if (ps) {
+    packed.resize(ps * cs.tokens);
+    for (int64_t k = 0; k < cs.tokens; ++k) g->pack(a.data() + k * arow, packed.data() + k * ps, cs.n);
+    act = packed.data();
+    stride = ps;
+  }
+  const int64_t ldy = cs.rows + 2;  // a wider output row: the tile must only write its own outputs
+  std::vector<float> y(ldy * cs.tokens, -7.0f);
+  g->run(cs.n, w.data(), ws, cs.rows, act, stride, cs.tokens, y.data(), ldy);
+  for (int64_t k = 0; k < cs.tokens; ++k) {
+    for (int64_t r = 0; r < cs.rows; ++r) {
+      float want;
+      kw.vec_dot(cs.n, &want, w.data() + r * ws, a.data() + k * arow);
+      const float got = y[k * ldy + r];
+      EXPECT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
+          << type_name(t) << " " << isa_name(isa) << " n=" << cs.n << " rows=" << cs.rows
+          << " tokens=" << cs.tokens << " r=" << r << " t=" << k << ": " << got << " vs " << want;
+    }
+    for (int64_t r = cs.rows; r < ldy; ++r) EXPECT_EQ(y[k * ldy + r], -7.0f) << "wrote outside its tile";
+  }
+  return cs.rows * cs.tokens;
+}
+
+TEST(Gemm, BitIdenticalToVecDot) {
+  // n: below one 16-block group, one group exactly, groups plus tail blocks; for the float types
+  // also non-multiples of 16 and 64.
+  const int64_t ns_block[] = {64, 512, 1120, 2048};
+  const int64_t ns_float[] = {48, 64, 200, 1120, 1043};
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa > cpu_best_isa()) continue;
+    for (T t : kTypes) {
+      const bool is_float = t == T::F32 || t == T::F16 || t == T::BF16;
+      int64_t compared = 0;
+      uint32_t seed = 1;
+      for (int64_t n : is_float ? std::vector<int64_t>(std::begin(ns_float), std::end(ns_float))
+                                : std::vector<int64_t>(std::begin(ns_block), std::end(ns_block))) {
+        if (n % type_info(t).block || n % type_info(kernels(t, isa).vec_dot_type).block) continue;
+        for (int64_t rows : {1, 2, 3, 7})
+          for (int64_t tokens : {1, 2, 3, 5, 9}) compared += check(t, isa, {n, rows, tokens}, seed++);
+      }
+      // Every token count 2..33 on one shape.
+      const int64_t n = is_float ? 200 : 1120;
+      if (n % type_info(t).block == 0)
+        for (int64_t tokens = 2; tokens <= 33; ++tokens) compared += check(t, isa, {n, 5, tokens}, seed++);
+      const bool expect_tile = isa == Isa::Avx512 && t != T::Q4_K;
+      EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
+// gemm_rows (the calling-thread entry MLA uses) under every ISA, packed and unpacked types.
+TEST(Gemm, RowsEntryMatchesVecDot) {
+  const Isa saved = active_isa();
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa > cpu_best_isa()) continue;
+    set_isa(isa);
+    for (T t : {T::F32, T::Q8_0}) {
+      const int64_t n = 320, rows = 13, tokens = 6;
+      const QuantKernels& kw = kernels(t);
+      std::mt19937 rng(7);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> f(n * std::max(rows, tokens));
+      for (float& v : f) v = nd(rng);
+      const size_t ws = row_size(t, n), as = row_size(kw.vec_dot_type, n);
+      std::vector<uint8_t> w(ws * rows), a(as * tokens);
+      quantize_rows(t, f.data(), w.data(), rows, n, nullptr);
+      for (int64_t k = 0; k < tokens; ++k) kernels(kw.vec_dot_type).from_float(f.data() + (k + 3) * n, a.data() + k * as, n);
+      std::vector<float> y(rows * tokens);
+      gemm_rows(t, n, w.data(), ws, rows, a.data(), as, tokens, y.data(), rows);
+      for (int64_t k = 0; k < tokens; ++k)
+        for (int64_t r = 0; r < rows; ++r) {
+          float want;
+          kw.vec_dot(n, &want, w.data() + r * ws, a.data() + k * as);
+          EXPECT_EQ(std::memcmp(&y[k * rows + r], &want, sizeof want), 0) << type_name(t) << " " << isa_name(isa);
+        }
+    }
+  }
+  set_isa(saved);
+}
+
+}  // namespace
+}  // namespace k3
