@@ -1,5 +1,6 @@
 #include "model/mla.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -8,8 +9,9 @@
 
 namespace k3::model {
 
-void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, LayerState& st, int64_t n_past,
-                 const float* x, int64_t T, float* out) {
+void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
+                 const float* x, float* out) {
+  const int64_t T = batch_rows(segs);
   const int64_t nh = hp.n_head[il], r_kv = hp.kv_lora_rank, d_pe = hp.n_rot, d_qk = hp.n_embd_head_k_mla;
   const int64_t d_nope = hp.d_nope(), d_v = hp.n_embd_head_v_mla, row = hp.mla_row();
   const float eps = hp.rms_eps;
@@ -29,16 +31,20 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   trace("mla_q", q.data(), nh * d_qk);
 
-  // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all T tokens
+  // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all of a segment's tokens
   std::vector<float> kv(T * row);
   linear(ctx, w.kv_a, x, T, kv.data());
-  st.kv.resize(static_cast<size_t>(n_past + T) * row);
-  for (int64_t t = 0; t < T; ++t) {
-    float* dst = st.kv.data() + (n_past + t) * row;
-    ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), dst, r_kv, eps);
-    for (int64_t i = 0; i < d_pe; ++i) dst[r_kv + i] = kv[t * row + r_kv + i];
+  for (int64_t t = 0; t < T; ++t) ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), &kv[t * row], r_kv, eps);
+  trace("mla_kv_row", kv.data(), row);
+  std::vector<const SegRows*> seg_of(T);  // the segment of each row
+  int64_t max_kv = 0;                     // longest cache after the append
+  for (const SegRows& sg : segs) {
+    std::vector<float>& cache = sg.state->layers[il].kv;
+    cache.resize(static_cast<size_t>(sg.n_past + sg.n) * row);
+    std::copy_n(&kv[sg.row0 * row], sg.n * row, cache.data() + sg.n_past * row);
+    std::fill_n(seg_of.begin() + sg.row0, sg.n, &sg);
+    max_kv = std::max(max_kv, sg.n_past + sg.n);
   }
-  trace("mla_kv_row", st.kv.data() + n_past * row, row);
 
   // 4. absorb k_b: Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)], per head a [T] x [d_nope -> r_kv] product
   std::vector<float> Q(nh * T * row);  // [nh][T][row]
@@ -60,22 +66,23 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   std::vector<float> lat(nh * T * r_kv);
   const float kappa = 1.0f / sqrtf(static_cast<float>(d_qk));
   const QuantKernels& f32 = kernels(GgmlType::F32);
-  par_for(ctx, nh * T, (n_past + T) * row * 2, [&](int64_t b, int64_t e) {
-    std::vector<float> p(n_past + T);
+  par_for(ctx, nh * T, max_kv * row * 2, [&](int64_t b, int64_t e) {
+    std::vector<float> p(max_kv);
     for (int64_t ht = b; ht < e; ++ht) {
-      const int64_t t = ht % T;
-      const int64_t n_kv = n_past + t + 1;
+      const SegRows& sg = *seg_of[ht % T];
+      const float* cache = sg.state->layers[il].kv.data();
+      const int64_t n_kv = sg.n_past + (ht % T - sg.row0) + 1;
       const float* Qt = &Q[ht * row];
       for (int64_t s = 0; s < n_kv; ++s) {
         float dot;
-        f32.vec_dot(row, &dot, st.kv.data() + s * row, Qt);
+        f32.vec_dot(row, &dot, cache + s * row, Qt);
         p[s] = dot * kappa;
       }
       ops::softmax(p.data(), n_kv);
       float* o = &lat[ht * r_kv];
       for (int64_t j = 0; j < r_kv; ++j) o[j] = 0.0f;
       for (int64_t s = 0; s < n_kv; ++s) {
-        const float* c = st.kv.data() + s * row;
+        const float* c = cache + s * row;
         const float ps = p[s];
         for (int64_t j = 0; j < r_kv; ++j) o[j] += ps * c[j];
       }

@@ -69,6 +69,42 @@ TEST(Engine, ConcurrentSequencesMatchSolo) {
   EXPECT_EQ(s.requests, 4);
   EXPECT_EQ(s.busy, 0);
   EXPECT_GT(s.generated_tokens, 0);
+  EXPECT_GT(s.batch_sequences, s.forwards) << "sequences share forward passes";
+}
+
+// Eight sequences decoded in one batch per step, joined by prompts in chunks (n_batch 16 in all
+// per step), with sampling seeds: each gets exactly its solo output.
+TEST(Engine, EightSequencesBatchedMatchSolo) {
+  const auto& m = test::tiny_model();
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::string text = "Sequence " + std::to_string(i) + ":";
+    for (int w = 0; w < 3 * i; ++w) text += " lighthouse";
+    reqs.push_back(request(text, 10 + 3 * i, 700 + i, 1.0f));
+  }
+  std::vector<std::vector<int32_t>> solo;
+  {
+    Engine e(*m.model, *m.tok, opts(1, 8));
+    for (const auto& r : reqs) {
+      auto t = std::make_shared<Task>(r);
+      ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+      solo.push_back(run_to_end(t));
+    }
+  }
+  Engine e(*m.model, *m.tok, opts(8, 8));
+  std::vector<std::shared_ptr<Task>> tasks;
+  for (const auto& r : reqs) {
+    tasks.push_back(std::make_shared<Task>(r));
+    ASSERT_EQ(e.submit(tasks.back()), Engine::Admit::Ok);
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(run_to_end(tasks[i]), solo[i]) << "sequence " << i;
+    EXPECT_EQ(static_cast<int>(solo[i].size()), 10 + 3 * i);
+  }
+  const EngineStats s = e.stats();
+  // Far fewer forward passes than sequence steps: most passes carry many sequences.
+  EXPECT_GT(s.batch_sequences, 3 * s.forwards) << s.batch_sequences << " sequence steps in " << s.forwards << " passes";
+  EXPECT_EQ(s.batch_tokens, s.prompt_tokens + s.generated_tokens - 8);  // the last token of each is never fed
 }
 
 TEST(Engine, ForcedTokensThenEnd) {
