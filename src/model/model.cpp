@@ -53,7 +53,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
     const Segment& sg = batch[i];
     K3_ASSERT(sg.state != nullptr && (sg.want == Logits::None || sg.logits != nullptr));
     auto bad = [&](const std::string& msg) { throw SegmentError(i, seg_prefix(i, n_seg) + msg); };
-    if (sg.n <= 0) bad("forward: empty batch");
+    if (sg.n <= 0) bad("forward: no tokens");
     for (int64_t t = 0; t < sg.n; ++t)
       if (sg.ids[t] < 0 || sg.ids[t] >= n_vocab())
         bad(strprintf("token id %d at index %lld is outside the vocabulary (0..%d)", sg.ids[t],

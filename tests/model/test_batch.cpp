@@ -164,7 +164,7 @@ TEST(BatchErrors, BadSegmentLeavesEveryStateUnchanged) {
                  1, "the same state as sequence 0");
   expect_refused(*m, states,
                  {{&states[0], ids.data(), 1, model::Logits::Last, &l[0]}, {&states[1], ids.data(), 0, model::Logits::None}},
-                 1, "empty");
+                 1, "no tokens");
 
   // The states are still usable: a valid batch runs.
   std::vector<model::Segment> ok;
