@@ -219,26 +219,32 @@ void Engine::loop() {
 void Engine::step() {
   for (auto& s : slots_)
     if (s->task && s->task->cancelled()) release(*s, Finish::Cancelled);
-  // The batch: every decoding sequence's last token, and prompt chunks of at most n_batch tokens
-  // in all (slot order), so one step's work stays bounded while a long prompt is processed.
+  // The batch: every decoding sequence's last token, then prompt chunks of at most n_batch tokens
+  // in all, oldest request first, so one step's work stays bounded while long prompts are processed.
   std::vector<model::Segment> batch;
-  std::vector<Slot*> seqs;
-  int64_t budget = o_.n_batch;
+  std::vector<Slot*> seqs, prefill;
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if (!s.task) continue;
-    const std::vector<int32_t>& prompt = s.task->request().prompt;
-    if (s.pos < prompt.size()) {
-      const int64_t n = std::min<int64_t>(budget, static_cast<int64_t>(prompt.size() - s.pos));
-      if (n == 0) continue;
-      budget -= n;
-      const bool last = s.pos + n == prompt.size();
-      batch.push_back({s.state.get(), prompt.data() + s.pos, n, last ? model::Logits::Last : model::Logits::None,
-                       &s.logits});
-    } else {
-      batch.push_back({s.state.get(), &s.last, 1, model::Logits::Last, &s.logits});
+    if (s.pos < s.task->request().prompt.size()) {
+      prefill.push_back(&s);
+      continue;
     }
+    batch.push_back({s.state.get(), &s.last, 1, model::Logits::Last, &s.logits});
     seqs.push_back(&s);
+  }
+  std::stable_sort(prefill.begin(), prefill.end(),
+                   [](const Slot* a, const Slot* b) { return a->task->t_start_ < b->task->t_start_; });
+  int64_t budget = o_.n_batch;
+  for (Slot* s : prefill) {
+    if (budget == 0) break;
+    const std::vector<int32_t>& prompt = s->task->request().prompt;
+    const int64_t n = std::min<int64_t>(budget, static_cast<int64_t>(prompt.size() - s->pos));
+    budget -= n;
+    const bool last = s->pos + n == prompt.size();
+    batch.push_back({s->state.get(), prompt.data() + s->pos, n, last ? model::Logits::Last : model::Logits::None,
+                     &s->logits});
+    seqs.push_back(s);
   }
   if (batch.empty()) return;
   {
