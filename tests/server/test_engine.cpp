@@ -199,3 +199,32 @@ TEST(Engine, SeededSamplingIsReproducible) {
   EXPECT_EQ(ra, rb);
   EXPECT_NE(ra, rc);
 }
+
+// A sequence the model refuses (an id outside the vocabulary; requests are validated before they
+// get here, so this is the engine's own safety net) ends with an error naming the problem; the
+// sequences batched with it are untouched and still give their solo output.
+TEST(Engine, RefusedSequenceFailsAloneOthersContinue) {
+  const auto& m = test::tiny_model();
+  const GenRequest good = request("The lighthouse keeper", 20, 9, 1.0f);
+  std::vector<int32_t> solo;
+  {
+    Engine e(*m.model, *m.tok, opts(1, 4));
+    auto t = std::make_shared<Task>(good);
+    ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+    solo = run_to_end(t);
+  }
+  Engine e(*m.model, *m.tok, opts(3, 4));
+  GenRequest bad = request("abc", 20, 1);
+  bad.prompt.push_back(m.model->n_vocab());
+  auto a = std::make_shared<Task>(good), b = std::make_shared<Task>(bad), c = std::make_shared<Task>(good);
+  ASSERT_EQ(e.submit(a), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(b), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(c), Engine::Admit::Ok);
+  EXPECT_TRUE(run_to_end(b).empty());
+  EXPECT_EQ(b->finish(), Finish::Error);
+  EXPECT_NE(b->error().find("outside the vocabulary"), std::string::npos) << b->error();
+  EXPECT_EQ(run_to_end(a), solo);
+  EXPECT_EQ(run_to_end(c), solo);
+  EXPECT_EQ(a->finish(), Finish::Length);
+  EXPECT_EQ(e.stats().errors, 1);
+}
