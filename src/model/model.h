@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common/error.h"
-
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "model/ops.h"

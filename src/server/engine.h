@@ -1,11 +1,12 @@
 // The generation engine behind `k3 serve` and `k3 chat`: a fixed number of slots, each with its
 // own model::State, and one scheduler thread. Each iteration runs ONE Model::forward over a batch
 // with a segment per active sequence: its last sampled token when decoding, or its next prompt
-// chunk (prompt chunks take at most n_batch tokens per iteration in all, so a long prompt does
-// not stall the others), so every weight matrix is read once per step for all sequences; then
-// each sequence samples its next token from its own logits (continuous batching: a request that
-// arrives while others generate joins the batch at the next iteration; a finished or cancelled
-// one frees its slot at once). A sequence's tokens do not depend on what else is in the batch.
+// chunk (prompt chunks take at most n_batch tokens per iteration in all, oldest request first, so
+// a long prompt does not stall the others), so every weight matrix is read once per step for all
+// sequences; then each sequence samples its next token from its own logits (continuous batching:
+// a request that arrives while others generate joins the batch at the next iteration; a finished
+// or cancelled one frees its slot at once). A sequence's tokens do not depend on what else is in
+// the batch.
 //
 //   auto t = std::make_shared<Task>(GenRequest{prompt_ids, sampling, max_tokens});
 //   if (engine.submit(t) != Engine::Admit::Ok) -> 503
