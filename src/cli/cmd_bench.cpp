@@ -175,13 +175,17 @@ int cmd_bench(int argc, char** argv) {
                "the memory read bandwidth probed in the same run, and RSS.",
                "k3 bench"};
   std::string model_path;
-  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = 1024;
+  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = 1024, parallel = 1;
   bool as_json = false, profile = false;
   app.add_option("-m,--model", model_path, "GGUF model")->required();
   app.add_option("-p,--n-prompt", p, "prompt tokens (0: skip)")->capture_default_str();
   app.add_option("-n,--n-gen", n, "generated tokens (0: skip)")->capture_default_str();
   app.add_option("-t,--threads", threads, "threads (default: all cores)");
   app.add_option("-r,--repetitions", reps, "repetitions")->capture_default_str();
+  app.add_option("--parallel", parallel,
+                 "also decode -n tokens in each of N sequences: one forward over N single-token segments per step "
+                 "(as k3 serve does) against N forwards per step, paired in each repetition")
+      ->capture_default_str();
   app.add_option("--membw-mib", membw_mib, "bandwidth probe buffer in MiB (0: no probe)")->capture_default_str();
   app.add_flag("--profile", profile, "also time one pp pass and the -n decodes by op (named intermediates)");
   app.add_flag("--json", as_json, "print one JSON object");
@@ -193,6 +197,7 @@ int cmd_bench(int argc, char** argv) {
   if (p < 0 || n < 0) fail("-p and -n must be >= 0");
   if (p == 0 && n == 0) fail("nothing to measure: -p and -n are both 0");
   if (reps < 1) fail("-r must be >= 1");
+  if (parallel < 1) fail("--parallel must be >= 1");
   if (membw_mib < 0) fail("--membw-mib must be >= 0");
 
   const auto t_load = Clock::now();
@@ -235,19 +240,47 @@ int cmd_bench(int argc, char** argv) {
     return seconds_since(t0);
   };
 
+  // --parallel: N sequences decoding at once, batched (one forward per step) or not (N forwards).
+  std::vector<model::State> par_states;
+  if (parallel > 1)
+    for (int s = 0; s < parallel; ++s) par_states.push_back(m->new_state(n + 1));
+  auto run_tg_par = [&](int count, bool batched) {
+    for (auto& s : par_states) s.reset();
+    std::vector<int32_t> ids(parallel);
+    std::vector<std::vector<float>> out(parallel);
+    std::vector<model::Segment> batch(parallel);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      for (int s = 0; s < parallel; ++s) {
+        ids[s] = next_id();
+        batch[s] = {&par_states[s], &ids[s], 1, model::Logits::Last, &out[s]};
+      }
+      if (batched) m->forward(batch, opt);
+      else
+        for (const model::Segment& seg : batch) m->forward(std::span<const model::Segment>(&seg, 1), opt);
+    }
+    return seconds_since(t0);
+  };
+  const bool par = parallel > 1 && n > 0;
+
   if (p > 0) run_pp();  // warm-up
   if (n > 0) run_tg(1);
+  if (par) run_tg_par(1, true);
 
   // Each tg repetition is followed by one pass of the bandwidth probe, so both see the same machine
   // load. RSS is read before the probe buffer exists (after the first repetition: weights touched,
   // state and scratch at their steady size).
-  std::vector<double> pp_tps, tg_tps, probe_gbps, ratios;
+  std::vector<double> pp_tps, tg_tps, probe_gbps, ratios, par_batched_tps, par_separate_tps;
   std::unique_ptr<BigBuffer> probe;
   Rss rss;
   double st_bytes = 0;
   for (int r = 0; r < reps; ++r) {
     if (p > 0) pp_tps.push_back(p / run_pp());
     if (n > 0) tg_tps.push_back(n / run_tg(n));
+    for (int k = 0; par && k < 2; ++k) {  // the order alternates between repetitions
+      const bool batched = (k + r) % 2 == 0;
+      (batched ? par_batched_tps : par_separate_tps).push_back(double(parallel) * n / run_tg_par(n, batched));
+    }
     if (r == 0) {
       rss = read_rss();
       st_bytes = state_bytes(st);
@@ -289,7 +322,7 @@ int cmd_bench(int argc, char** argv) {
     }
   }
 
-  const Stat pp = stat(pp_tps), tg = stat(tg_tps);
+  const Stat pp = stat(pp_tps), tg = stat(tg_tps), tgb = stat(par_batched_tps), tgs = stat(par_separate_tps);
   const double bpt = db.total();
   const double gbps = tg.mean * bpt / 1e9;
   const double membw = median(probe_gbps);
@@ -319,6 +352,14 @@ int cmd_bench(int argc, char** argv) {
     j["rss_anon_bytes"] = rss.anon, j["rss_file_bytes"] = rss.file;
     j["state_bytes"] = st_bytes;
     j["load_s"] = load_s, j["prefault_s"] = prefault_s;
+    if (par)
+      j["tg_parallel"] = {{"sequences", parallel},
+                          {"batched_tokens_per_s", tgb.mean},
+                          {"batched_stddev", tgb.stddev},
+                          {"separate_tokens_per_s", tgs.mean},
+                          {"separate_stddev", tgs.stddev},
+                          {"batched_samples", par_batched_tps},
+                          {"separate_samples", par_separate_tps}};
     if (profile) j["profile"] = {{"pp", prof_pp}, {"tg", prof_tg}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -329,6 +370,10 @@ int cmd_bench(int argc, char** argv) {
   std::printf("), %d threads, %d repetitions\n\n  %-8s %18s\n", pool.size(), reps, "test", "t/s");
   if (p > 0) std::printf("  pp%-6d %10.2f ± %-6.2f\n", p, pp.mean, pp.stddev);
   if (n > 0) std::printf("  tg%-6d %10.2f ± %-6.2f\n", n, tg.mean, tg.stddev);
+  if (par)
+    std::printf("  tg%d x %d sequences: %.2f ± %.2f batched (one forward per step), %.2f ± %.2f with a forward per "
+                "sequence (x%.2f)\n",
+                n, parallel, tgb.mean, tgb.stddev, tgs.mean, tgs.stddev, tgb.mean / tgs.mean);
   std::printf("\nweights read per generated token: %.2f MB (trunk %.2f, embedding row %.4f, LM head %.2f, routed "
               "experts %.2f: k of E per MoE layer)\n",
               bpt / 1e6, db.trunk / 1e6, db.embd_row / 1e6, db.lm_head / 1e6, db.experts / 1e6);

@@ -42,8 +42,9 @@ void l2n(float* x, int64_t n, float eps) {
 
 }  // namespace
 
-void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, LayerState& st, const float* x,
-                 int64_t T, float* out) {
+void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
+                 const float* x, float* out) {
+  const int64_t T = batch_rows(segs), n_seg = static_cast<int64_t>(segs.size());
   const int64_t H = hp.n_embd, nh = hp.n_head[il], d = hp.kda_head_dim, D = nh * d, K = hp.ssm_d_conv;
   const float eps = hp.rms_eps;
   auto trace = [&](const char* name, const float* v, int64_t n) {
@@ -60,7 +61,9 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   float* dst[3] = {q.data(), k.data(), v.data()};
   static const char* names[3] = {"kda_q_conv", "kda_k_conv", "kda_v_conv"};
   for (int s = 0; s < 3; ++s) {
-    conv_silu(&proj[s * T * D], conv[s]->f32(), st.conv.data() + s * D * (K - 1), T, D, K, dst[s]);
+    for (const SegRows& sg : segs)
+      conv_silu(&proj[s * T * D] + sg.row0 * D, conv[s]->f32(), sg.state->layers[il].conv.data() + s * D * (K - 1),
+                sg.n, D, K, dst[s] + sg.row0 * D);
     trace(names[s], dst[s], D);
   }
 
@@ -94,15 +97,17 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       l2n(&k[t * D + h * d], d, eps);
     }
 
-  // 6. recurrence, per head, tokens in order. S row j (value channel) holds S[i][j] over i.
+  // 6. recurrence, per (segment, head), tokens in order. S row j (value channel) holds S[i][j] over i.
   std::vector<float> o(T * D);
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   const VecMath& vm = vecmath();
-  par_for(ctx, nh, T * d * d * 4, [&](int64_t h0, int64_t h1) {
+  par_for(ctx, n_seg * nh, (T + n_seg - 1) / n_seg * d * d * 4, [&](int64_t i0, int64_t i1) {
     std::vector<float> eg(d);
-    for (int64_t h = h0; h < h1; ++h) {
-      float* S = st.rec.data() + h * d * d;
-      for (int64_t t = 0; t < T; ++t) {
+    for (int64_t sh = i0; sh < i1; ++sh) {
+      const SegRows& sg = segs[sh / nh];
+      const int64_t h = sh % nh;
+      float* S = sg.state->layers[il].rec.data() + h * d * d;
+      for (int64_t t = sg.row0; t < sg.row0 + sg.n; ++t) {
         const float* qh = &q[t * D + h * d];
         const float* kh = &k[t * D + h * d];
         const float* gh = &g[t * D + h * d];

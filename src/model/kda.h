@@ -3,6 +3,7 @@
 // rule recurrence in F32, per-head RMS norm then full-rank sigmoid gate, output projection.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "model/hparams.h"
 #include "model/ops.h"
@@ -11,9 +12,9 @@
 
 namespace k3::model {
 
-// x: [T][H] attention-normed input of T consecutive tokens; out: [T][H]. Updates st.conv and
-// st.rec to the state after the last token.
-void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, LayerState& st, const float* x,
-                 int64_t T, float* out);
+// x: [T][H] attention-normed input of the batch's T rows; out: [T][H]. Each segment's rows run
+// through its sequence's conv and recurrence, updating that state to after its last token.
+void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
+                 const float* x, float* out);
 
 }  // namespace k3::model

@@ -9,8 +9,9 @@
 
 namespace k3::model {
 
-void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, LayerState& st, int64_t n_past,
-                 const float* x, int64_t T, float* out) {
+void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
+                 const float* x, float* out) {
+  const int64_t T = batch_rows(segs);
   const int64_t nh = hp.n_head[il], r_kv = hp.kv_lora_rank, d_pe = hp.n_rot, d_qk = hp.n_embd_head_k_mla;
   const int64_t d_nope = hp.d_nope(), d_v = hp.n_embd_head_v_mla, row = hp.mla_row();
   const float eps = hp.rms_eps;
@@ -30,16 +31,20 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   trace("mla_q", q.data(), nh * d_qk);
 
-  // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all T tokens
+  // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all of a segment's tokens
   std::vector<float> kv(T * row);
   linear(ctx, w.kv_a, x, T, kv.data());
-  st.kv.resize(static_cast<size_t>(n_past + T) * row);
-  for (int64_t t = 0; t < T; ++t) {
-    float* dst = st.kv.data() + (n_past + t) * row;
-    ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), dst, r_kv, eps);
-    for (int64_t i = 0; i < d_pe; ++i) dst[r_kv + i] = kv[t * row + r_kv + i];
+  for (int64_t t = 0; t < T; ++t) ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), &kv[t * row], r_kv, eps);
+  trace("mla_kv_row", kv.data(), row);
+  std::vector<const SegRows*> seg_of(T);  // the segment of each row
+  int64_t max_kv = 0;                     // longest cache after the append
+  for (const SegRows& sg : segs) {
+    std::vector<float>& cache = sg.state->layers[il].kv;
+    cache.resize(static_cast<size_t>(sg.n_past + sg.n) * row);
+    std::copy_n(&kv[sg.row0 * row], sg.n * row, cache.data() + sg.n_past * row);
+    std::fill_n(seg_of.begin() + sg.row0, sg.n, &sg);
+    max_kv = std::max(max_kv, sg.n_past + sg.n);
   }
-  trace("mla_kv_row", st.kv.data() + n_past * row, row);
 
   // 4. absorb k_b: Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)], per head a [T] x [d_nope -> r_kv] product
   std::vector<float> Q(nh * T * row);  // [nh][T][row]
@@ -68,25 +73,36 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   std::vector<float> lat(nh * T * r_kv);
   const float kappa = 1.0f / sqrtf(static_cast<float>(d_qk));
   constexpr int64_t kAttnTokens = 8;
-  const int64_t n_tb = (T + kAttnTokens - 1) / kAttnTokens;
-  par_for(ctx, nh * n_tb, (n_past + T) * row * 2 * kAttnTokens, [&](int64_t b, int64_t e) {
-    std::vector<float> p(kAttnTokens * (n_past + T));
+  struct Block {
+    const SegRows* sg;
+    int64_t t0, t1;  // batch rows, all of one segment
+  };
+  std::vector<Block> blocks;
+  for (const SegRows& sg : segs)
+    for (int64_t t0 = sg.row0; t0 < sg.row0 + sg.n; t0 += kAttnTokens)
+      blocks.push_back({&sg, t0, std::min(sg.row0 + sg.n, t0 + kAttnTokens)});
+  const int64_t n_blk = static_cast<int64_t>(blocks.size());
+  par_for(ctx, nh * n_blk, max_kv * row * 2 * kAttnTokens, [&](int64_t b, int64_t e) {
+    std::vector<float> p(kAttnTokens * max_kv);
     for (int64_t item = b; item < e; ++item) {
-      const int64_t h = item / n_tb, t0 = item % n_tb * kAttnTokens, t1 = std::min(T, t0 + kAttnTokens);
-      const int64_t ld = n_past + t1;  // cache rows the last token of the item sees
-      gemm_rows(GgmlType::F32, row, st.kv.data(), row * sizeof(float), ld, &Q[(h * T + t0) * row],
-                row * sizeof(float), t1 - t0, p.data(), ld);
+      const int64_t h = item / n_blk;
+      const auto [sg, t0, t1] = blocks[item % n_blk];
+      const float* cache = sg->state->layers[il].kv.data();
+      const int64_t n_past = sg->n_past + (t0 - sg->row0);  // cache rows before the block's first token
+      const int64_t ld = n_past + (t1 - t0);                   // cache rows the block's last token sees
+      gemm_rows(GgmlType::F32, row, cache, row * sizeof(float), ld, &Q[(h * T + t0) * row], row * sizeof(float),
+                t1 - t0, p.data(), ld);
       for (int64_t t = t0; t < t1; ++t) {
         float* pt = p.data() + (t - t0) * ld;
-        const int64_t n_kv = n_past + t + 1;
+        const int64_t n_kv = n_past + (t - t0) + 1;
         for (int64_t s = 0; s < n_kv; ++s) pt[s] *= kappa;
         ops::softmax(pt, n_kv);
         float* o = &lat[(h * T + t) * r_kv];
         for (int64_t j = 0; j < r_kv; ++j) o[j] = 0.0f;
       }
       for (int64_t s = 0; s < ld; ++s) {
-        const float* c = st.kv.data() + s * row;
-        for (int64_t t = std::max(t0, s - n_past); t < t1; ++t) {  // the tokens that see row s
+        const float* c = cache + s * row;
+        for (int64_t t = std::max(t0, t0 + s - n_past); t < t1; ++t) {  // the tokens that see row s
           const float ps = p[(t - t0) * ld + s];
           float* o = &lat[(h * T + t) * r_kv];
           for (int64_t j = 0; j < r_kv; ++j) o[j] += ps * c[j];

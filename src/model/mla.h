@@ -4,6 +4,7 @@
 // products, causal softmax attention, sigmoid output gate, output projection.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "model/hparams.h"
 #include "model/ops.h"
@@ -12,9 +13,9 @@
 
 namespace k3::model {
 
-// x: [T][H] attention-normed input of the tokens at positions n_past .. n_past+T-1; out: [T][H].
-// Appends T rows to st.kv first; token t attends to cached rows 0 .. n_past+t.
-void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, LayerState& st, int64_t n_past,
-                 const float* x, int64_t T, float* out);
+// x: [T][H] attention-normed input of the batch's T rows; out: [T][H]. Each segment's rows are
+// appended to its sequence's latent cache first; its token t attends to cached rows 0 .. n_past+t.
+void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
+                 const float* x, float* out);
 
 }  // namespace k3::model

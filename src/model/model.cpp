@@ -29,18 +29,48 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
+namespace {
+
+// Errors name the segment when the batch has several.
+std::string seg_prefix(size_t i, size_t n_seg) {
+  return n_seg > 1 ? strprintf("sequence %zu of the batch: ", i) : std::string();
+}
+
+}  // namespace
+
 void Model::forward(State& st, const int32_t* ids, int64_t T, const RunOptions& opt, Logits want,
                     std::vector<float>* logits) const {
+  const Segment seg{&st, ids, T, want, logits};
+  forward(std::span<const Segment>(&seg, 1), opt);
+}
+
+void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const {
   K3_ASSERT(opt.pool != nullptr);
-  if (T <= 0) fail("forward: empty batch");
-  for (int64_t t = 0; t < T; ++t)
-    if (ids[t] < 0 || ids[t] >= n_vocab())
-      fail("token id %d at index %lld is outside the vocabulary (0..%d)", ids[t], static_cast<long long>(t),
-           n_vocab() - 1);
-  const int64_t n_past = st.n_past_;
-  if (n_past + T > st.n_ctx_)
-    fail("context size exceeded: %lld tokens in the sequence + %lld new > context size %lld (use -c to raise it)",
-         static_cast<long long>(n_past), static_cast<long long>(T), static_cast<long long>(st.n_ctx_));
+  if (batch.empty()) fail("forward: empty batch");
+  // Everything is checked before any state changes.
+  const size_t n_seg = batch.size();
+  std::vector<SegRows> segs(n_seg);
+  int64_t T = 0;
+  for (size_t i = 0; i < n_seg; ++i) {
+    const Segment& sg = batch[i];
+    K3_ASSERT(sg.state != nullptr && (sg.want == Logits::None || sg.logits != nullptr));
+    auto bad = [&](const std::string& msg) { throw SegmentError(i, seg_prefix(i, n_seg) + msg); };
+    if (sg.n <= 0) bad("forward: no tokens");
+    for (int64_t t = 0; t < sg.n; ++t)
+      if (sg.ids[t] < 0 || sg.ids[t] >= n_vocab())
+        bad(strprintf("token id %d at index %lld is outside the vocabulary (0..%d)", sg.ids[t],
+                      static_cast<long long>(t), n_vocab() - 1));
+    const State& st = *sg.state;
+    if (st.n_past_ + sg.n > st.n_ctx_)
+      bad(strprintf("context size exceeded: %lld tokens in the sequence + %lld new > context size %lld (use -c to "
+                    "raise it)",
+                    static_cast<long long>(st.n_past_), static_cast<long long>(sg.n),
+                    static_cast<long long>(st.n_ctx_)));
+    for (size_t j = 0; j < i; ++j)
+      if (batch[j].state == sg.state) bad(strprintf("the same state as sequence %zu", j));
+    segs[i] = {sg.state, st.n_past_, T, sg.n};
+    T += sg.n;
+  }
 
   const HParams& hp = hp_;
   const int64_t H = hp.n_embd;
@@ -52,7 +82,7 @@ void Model::forward(State& st, const int32_t* ids, int64_t T, const RunOptions& 
 
   // h: running stream, u/v: mixes, xn: normed block input, a: block output, p: post-attention stream
   std::vector<float> h(T * H), mix(T * H), xn(T * H), a(T * H), p(T * H);
-  embed(w_.token_embd, ids, T, h.data());
+  for (size_t i = 0; i < n_seg; ++i) embed(w_.token_embd, batch[i].ids, segs[i].n, h.data() + segs[i].row0 * H);
   trace("inp_embd", -1, h.data(), T, H);
 
   Bank bank{T, H, {}};
@@ -68,10 +98,10 @@ void Model::forward(State& st, const int32_t* ids, int64_t T, const RunOptions& 
     ops::rmsnorm_rows(mix.data(), lw.attn_norm.f32(), xn.data(), T, H, eps);
     trace("attn_norm", li, xn.data(), T, H);
     if (hp.attn_kind(il) == AttnKind::KDA) {
-      kda_forward(ctx, hp, lw, il, st.layers[il], xn.data(), T, a.data());
+      kda_forward(ctx, hp, lw, il, segs, xn.data(), a.data());
       trace("kda_out", li, a.data(), T, H);
     } else {
-      mla_forward(ctx, hp, lw, il, st.layers[il], n_past, xn.data(), T, a.data());
+      mla_forward(ctx, hp, lw, il, segs, xn.data(), a.data());
       trace("mla_out", li, a.data(), T, H);
     }
     if (banked) p = a;
@@ -95,20 +125,48 @@ void Model::forward(State& st, const int32_t* ids, int64_t T, const RunOptions& 
     for (int64_t i = 0; i < T * H; ++i) h[i] = p[i] + a[i];
     trace("l_out", li, h.data(), T, H);
   }
-  st.n_past_ = n_past + T;
+  for (const SegRows& sg : segs) sg.state->n_past_ = sg.n_past + sg.n;
 
-  if (want == Logits::None) return;
-  // head: final mix, norm and LM head, only for the rows whose logits are wanted
-  const int64_t first = want == Logits::Last ? T - 1 : 0, rows = T - first;
-  Bank tail{rows, H, {}};
-  for (const auto& e : bank.entries) tail.entries.emplace_back(e.begin() + first * H, e.end());
-  if (hp.attn_res()) attnres_mix(tail, h.data() + first * H, w_.output_res_score.f32(), eps, mix.data());
-  else std::copy(h.begin() + first * H, h.end(), mix.begin());
-  ops::rmsnorm_rows(mix.data(), w_.output_norm.f32(), xn.data(), rows, H, eps);
-  trace("result_norm", -1, xn.data(), rows, H);
-  logits->resize(static_cast<size_t>(rows) * hp.n_vocab);
-  linear(ctx, w_.output, xn.data(), rows, logits->data());
-  trace("result_output", -1, logits->data(), rows, hp.n_vocab);
+  // head: final mix, norm and LM head over the rows whose logits are wanted, gathered in batch order
+  std::vector<int64_t> rows;
+  const Segment* only = nullptr;  // the one segment that wants logits, if only one does
+  size_t n_want = 0;
+  for (size_t i = 0; i < n_seg; ++i) {
+    if (batch[i].want == Logits::None) continue;
+    const int64_t first = batch[i].want == Logits::Last ? segs[i].n - 1 : 0;
+    for (int64_t t = first; t < segs[i].n; ++t) rows.push_back(segs[i].row0 + t);
+    only = &batch[i];
+    ++n_want;
+  }
+  if (rows.empty()) return;
+  const int64_t R = static_cast<int64_t>(rows.size());
+  auto gather = [&](const float* src, float* dst) {
+    for (int64_t r = 0; r < R; ++r) std::copy_n(src + rows[r] * H, H, dst + r * H);
+  };
+  Bank tail{R, H, {}};
+  for (const auto& e : bank.entries) {
+    tail.entries.emplace_back(R * H);
+    gather(e.data(), tail.entries.back().data());
+  }
+  gather(h.data(), p.data());
+  if (hp.attn_res()) attnres_mix(tail, p.data(), w_.output_res_score.f32(), eps, mix.data());
+  else std::copy_n(p.begin(), R * H, mix.begin());
+  ops::rmsnorm_rows(mix.data(), w_.output_norm.f32(), xn.data(), R, H, eps);
+  trace("result_norm", -1, xn.data(), R, H);
+  const int64_t V = hp.n_vocab;
+  std::vector<float> all;
+  std::vector<float>* out = n_want == 1 ? only->logits : &all;
+  out->resize(static_cast<size_t>(R) * V);
+  linear(ctx, w_.output, xn.data(), R, out->data());
+  trace("result_output", -1, out->data(), R, V);
+  if (n_want == 1) return;
+  int64_t r = 0;
+  for (const Segment& sg : batch) {
+    if (sg.want == Logits::None) continue;
+    const int64_t n = sg.want == Logits::Last ? 1 : sg.n;
+    sg.logits->assign(all.begin() + r * V, all.begin() + (r + n) * V);
+    r += n;
+  }
 }
 
 void Model::prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch, const RunOptions& opt, Logits want,

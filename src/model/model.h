@@ -1,12 +1,17 @@
 // The Kimi-K3 model (model.md §6): immutable (hyperparameters + memory-mapped weights), shared by
-// any number of sequences, each with its own State. forward() runs a batch of consecutive tokens
-// of one sequence (prefill) or a single token (decode); both give the same results.
+// any number of sequences, each with its own State. forward() runs one batch made of segments,
+// each a run of consecutive tokens of one sequence (a prompt chunk, or one token when decoding):
+// every matrix product runs once over all rows of the batch, the per-sequence parts (KDA conv and
+// recurrence, MLA cache and attention) per segment on its own state. A segment's results do not
+// depend on what else is in the batch, nor on how its sequence is cut into segments.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "model/ops.h"
@@ -27,6 +32,24 @@ struct RunOptions {
 
 enum class Logits : uint8_t { None, Last, All };
 
+// One sequence's part of a batch: ids[0..n) at positions state->n_past() .. +n. logits receives
+// [rows][n_vocab] for its last token (Last) or every token (All); untouched for None.
+struct Segment {
+  State* state = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  Logits want = Logits::None;
+  std::vector<float>* logits = nullptr;
+};
+
+// A batch was refused because of one segment (id outside the vocabulary, context exceeded, empty,
+// a state given twice); no state was changed.
+class SegmentError : public Error {
+ public:
+  SegmentError(size_t segment, const std::string& msg) : Error(msg), segment(segment) {}
+  size_t segment;
+};
+
 class Model {
  public:
   // Opens, validates (keys, schedule, every tensor's presence, shape and type) and maps a GGUF.
@@ -40,10 +63,11 @@ class Model {
 
   State new_state(int64_t n_ctx) const { return State(hp_, n_ctx); }
 
-  // Runs ids[0..T) at positions st.n_past() .. +T through every layer, updating st. logits
-  // receives [rows][n_vocab] for the last token (Last) or every token (All). Throws k3::Error for
-  // an id outside the vocabulary or when the context (st.n_ctx()) would be exceeded; st is left
-  // unchanged then.
+  // Runs every segment through every layer, updating each segment's state. Throws SegmentError
+  // (the message names the segment when there are several) for an id outside the vocabulary or
+  // when a state's context (n_ctx()) would be exceeded; every state is left unchanged then.
+  void forward(std::span<const Segment> batch, const RunOptions& opt) const;
+  // The batch of one segment: ids[0..T) of the sequence st.
   void forward(State& st, const int32_t* ids, int64_t T, const RunOptions& opt, Logits want,
                std::vector<float>* logits) const;
 

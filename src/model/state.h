@@ -3,6 +3,7 @@
 // of sequences, each with its own State.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,14 @@ class State {
   int64_t n_ctx_;
   int64_t n_past_ = 0;
 };
+
+// A segment of a batch as the layers see it: rows [row0, row0+n) of the batch's activations are
+// the tokens at positions n_past .. n_past+n-1 of `state`.
+struct SegRows {
+  State* state;
+  int64_t n_past, row0, n;
+};
+// Rows of a batch made of consecutive segments.
+inline int64_t batch_rows(std::span<const SegRows> segs) { return segs.empty() ? 0 : segs.back().row0 + segs.back().n; }
 
 }  // namespace k3::model

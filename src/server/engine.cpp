@@ -212,30 +212,70 @@ void Engine::loop() {
       if (queue_.empty() && active_ == 0) idle_cv_.notify_all();
       ++st_.steps;
     }
-    for (auto& s : slots_)
-      if (s->task) step(*s);
+    step();
   }
 }
 
-void Engine::step(Slot& s) {
+void Engine::step() {
+  for (auto& s : slots_)
+    if (s->task && s->task->cancelled()) release(*s, Finish::Cancelled);
+  // The batch: every decoding sequence's last token, then prompt chunks of at most n_batch tokens
+  // in all, oldest request first, so one step's work stays bounded while long prompts are processed.
+  std::vector<model::Segment> batch;
+  std::vector<Slot*> seqs, prefill;
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.task) continue;
+    if (s.pos < s.task->request().prompt.size()) {
+      prefill.push_back(&s);
+      continue;
+    }
+    batch.push_back({s.state.get(), &s.last, 1, model::Logits::Last, &s.logits});
+    seqs.push_back(&s);
+  }
+  std::stable_sort(prefill.begin(), prefill.end(),
+                   [](const Slot* a, const Slot* b) { return a->task->t_start_ < b->task->t_start_; });
+  int64_t budget = o_.n_batch;
+  for (Slot* s : prefill) {
+    if (budget == 0) break;
+    const std::vector<int32_t>& prompt = s->task->request().prompt;
+    const int64_t n = std::min<int64_t>(budget, static_cast<int64_t>(prompt.size() - s->pos));
+    budget -= n;
+    const bool last = s->pos + n == prompt.size();
+    batch.push_back({s->state.get(), prompt.data() + s->pos, n, last ? model::Logits::Last : model::Logits::None,
+                     &s->logits});
+    seqs.push_back(s);
+  }
+  if (batch.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++st_.forwards;
+    st_.batch_sequences += static_cast<long long>(batch.size());
+    for (const model::Segment& seg : batch) st_.batch_tokens += seg.n;
+  }
+  try {
+    m_.forward(batch, model::RunOptions{&pool_, o_.f16_rule, nullptr});
+  } catch (const model::SegmentError& e) {
+    // Refused before any state changed: only that sequence fails, the others run next step.
+    return release(*seqs[e.segment], Finish::Error, e.what());
+  } catch (const std::exception& e) {
+    for (Slot* s : seqs) release(*s, Finish::Error, e.what());
+    return;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) advance(*seqs[i], batch[i]);
+}
+
+void Engine::advance(Slot& s, const model::Segment& seg) {
   Task& t = *s.task;
-  if (t.cancelled()) return release(s, Finish::Cancelled);
   const GenRequest& r = t.request();
-  const model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
   try {
     if (s.pos < r.prompt.size()) {
-      const size_t n = std::min<size_t>(static_cast<size_t>(o_.n_batch), r.prompt.size() - s.pos);
-      const bool last = s.pos + n == r.prompt.size();
-      m_.forward(*s.state, r.prompt.data() + s.pos, static_cast<int64_t>(n), opt,
-                 last ? model::Logits::Last : model::Logits::None, &s.logits);
-      s.pos += n;
-      if (!last) return;
+      s.pos += static_cast<size_t>(seg.n);
+      if (seg.want == model::Logits::None) return;
       const auto now = Clock::now();
       std::lock_guard<std::mutex> tl(t.mu_);
       t.times_.prompt_ms = ms_between(t.t_start_, now);
       t.t_first_ = now;
-    } else {
-      m_.forward(*s.state, &s.last, 1, opt, model::Logits::Last, &s.logits);
     }
     const int32_t id = s.src->next(s.logits.data(), m_.n_vocab());
     if (id < 0 || (!r.ignore_eos && tok_.is_eog(id))) return release(s, Finish::Eog);

@@ -1,11 +1,12 @@
 // The generation engine behind `k3 serve` and `k3 chat`: a fixed number of slots, each with its
-// own model::State, and one scheduler thread that steps every active sequence once per iteration
-// (continuous batching: a request that arrives while others generate takes a free slot at the
-// next iteration; a finished or cancelled one frees its slot at once). Prompts are processed in
-// chunks of n_batch tokens so a long prompt does not stall the other sequences.
-//
-// Today each step calls Model::forward once per active sequence on the shared thread pool; a
-// fused multi-sequence decode (one matmul over all sequences' tokens) is the next step.
+// own model::State, and one scheduler thread. Each iteration runs ONE Model::forward over a batch
+// with a segment per active sequence: its last sampled token when decoding, or its next prompt
+// chunk (prompt chunks take at most n_batch tokens per iteration in all, oldest request first, so
+// a long prompt does not stall the others), so every weight matrix is read once per step for all
+// sequences; then each sequence samples its next token from its own logits (continuous batching:
+// a request that arrives while others generate joins the batch at the next iteration; a finished
+// or cancelled one frees its slot at once). A sequence's tokens do not depend on what else is in
+// the batch.
 //
 //   auto t = std::make_shared<Task>(GenRequest{prompt_ids, sampling, max_tokens});
 //   if (engine.submit(t) != Engine::Admit::Ok) -> 503
@@ -106,6 +107,7 @@ struct EngineStats {
   double prompt_seconds = 0, gen_seconds = 0, ttft_seconds = 0;  // sums
   long long first_tokens = 0;                                     // count of ttft_seconds
   long long steps = 0;
+  long long forwards = 0, batch_sequences = 0, batch_tokens = 0;  // batch width = batch_sequences / forwards
 };
 
 class Engine {
@@ -130,7 +132,8 @@ class Engine {
  private:
   struct Slot;
   void loop();
-  void step(Slot& s);
+  void step();
+  void advance(Slot& s, const model::Segment& seg);
   void release(Slot& s, Finish f, const std::string& error = {});
 
   const model::Model& m_;

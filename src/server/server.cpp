@@ -126,6 +126,12 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
     << "k3_time_to_first_token_seconds_sum " << num(e.ttft_seconds) << "\nk3_time_to_first_token_seconds_count "
     << e.first_tokens << '\n';
   metric("k3_scheduler_steps_total", "counter", "Scheduler iterations.", static_cast<double>(e.steps));
+  metric("k3_batch_sequences_total", "counter", "Sequences in the model batches, summed over forward passes.",
+         static_cast<double>(e.batch_sequences));
+  metric("k3_batch_tokens_total", "counter", "Tokens in the model batches, summed over forward passes.",
+         static_cast<double>(e.batch_tokens));
+  metric("k3_forward_passes_total", "counter", "Model forward passes (one per scheduler step with work).",
+         static_cast<double>(e.forwards));
   metric("k3_slots", "gauge", "Sequence slots (--parallel).", e.slots);
   metric("k3_slots_busy", "gauge", "Slots generating now.", e.busy);
   metric("k3_queue_depth", "gauge", "Requests waiting for a slot.", e.queued);

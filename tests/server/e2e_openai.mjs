@@ -1,8 +1,8 @@
 // End to end with the official `openai` npm client against `k3 serve` on a synthetic model:
 // chat (non-streaming and streaming), reasoning and tool calls through canned output, a tools
 // round trip, usage numbers (checked against @huggingface/jinja's rendering of the same
-// conversation), stop sequences, seeded reproducibility, completions, raw-id /completion,
-// tokenize/detokenize, API keys, overload 503, client disconnect, context overflow, shutdown.
+// conversation), stop sequences, seeded reproducibility (also under concurrency), completions,
+// raw-id /completion, tokenize/detokenize, API keys, overload 503, client disconnect, context overflow, shutdown.
 //
 //   node tests/server/e2e_openai.mjs [--k3 build-srv/bin/k3]
 import fs from "node:fs";
@@ -226,6 +226,32 @@ test("seeded sampling is reproducible (streaming and not)", async () => {
   assert(text(a) !== text(c), "another seed, another text");
   const s = await collect(await ai.chat.completions.create({ ...body, seed: 1234, stream: true }));
   eq(s.reasoning + "|" + s.content, text(a), "streamed with the same seed");
+});
+
+test("concurrent seeded requests give the tokens they give one at a time", async () => {
+  // Different prompt and output lengths, so prompt chunks and decode steps of several sequences
+  // share the server's batches (-P 4).
+  const bodies = [0, 1, 2, 3].map((i) => ({
+    prompt: "the keeper watched ships ".repeat(1 + 12 * i),
+    n_predict: 12 + 9 * i,
+    seed: 500 + i,
+    temperature: 1.0,
+    ignore_eos: true,
+    return_tokens: true,
+  }));
+  const alone = [];
+  for (const b of bodies) alone.push(await L.postJson(srv, "/completion", b));
+  const together = await Promise.all(bodies.map((b) => L.postJson(srv, "/completion", b)));
+  for (let i = 0; i < bodies.length; i++) {
+    eq(alone[i].status, 200, `request ${i} alone`);
+    eq(together[i].status, 200, `request ${i} concurrent`);
+    eq(alone[i].body.tokens.length, bodies[i].n_predict, `request ${i} length`);
+    eq(together[i].body.tokens, alone[i].body.tokens, `request ${i} tokens`);
+  }
+  assert(JSON.stringify(alone[0].body.tokens) !== JSON.stringify(alone[1].body.tokens), "different requests differ");
+  const metrics = await (await fetch(srv.url + "/metrics")).text();
+  const count = (name) => Number(new RegExp(name + " (\\d+)").exec(metrics)[1]);
+  assert(count("k3_batch_sequences_total") > count("k3_forward_passes_total"), "several sequences per forward pass");
 });
 
 test("json_object response format reaches the template and the content parses", async () => {

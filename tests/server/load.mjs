@@ -5,7 +5,7 @@
 // before, during and after; RSS must come back to the baseline.
 //
 //   node tests/server/load.mjs [--k3 build-srv/bin/k3] [--clients 64] [--seconds 60] [--parallel 8]
-//        [--model F.gguf] [--threads 1] [--json out.json] [--queue N]
+//        [--model F.gguf] [--threads 1] [--json out.json] [--queue N] [--gen 16-128 (max_tokens range)]
 import fs from "node:fs";
 import * as L from "./lib.mjs";
 
@@ -13,6 +13,7 @@ const opt = L.args();
 const clients = Number(opt.clients ?? 64);
 const seconds = Number(opt.seconds ?? 60);
 const parallel = Number(opt.parallel ?? 8);
+const [genMin, genMax] = String(opt.gen ?? "16-128").split("-").map(Number);
 const dir = L.tmpdir();
 const modelPath = opt.model ?? L.makeTinyModel(opt.k3, dir);
 const extra = ["-P", String(parallel), "-c", "2048", "-t", String(opt.threads ?? 1)];
@@ -100,7 +101,7 @@ async function client(deadline, st) {
     const body = {
       model: "k3",
       messages: [{ role: "user", content: prompt() }],
-      max_tokens: 16 + rand(113),
+      max_tokens: genMin + rand(genMax - genMin + 1),
       temperature: 0.8,
       ignore_eos: true,
       stream: true,
@@ -163,10 +164,14 @@ const pct = (a, p) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 const r = (x) => Math.round(x * 10) / 10;
+// Mean sequences per forward pass (servers without these counters: null).
+const counter = (name) => Number((new RegExp(name + " (\\d+)").exec(metrics) || [])[1]);
+const batchWidth = r(counter("k3_batch_sequences_total") / counter("k3_forward_passes_total")) || null;
 const summary = {
   clients, parallel, seconds: r(wall), requests_ok: stats.ok, deliberate_503: stats.r503, errors: stats.errors.length,
   completion_tokens: stats.tokens, prompt_tokens: stats.promptTokens,
-  tokens_per_s: r(stats.tokens / wall), requests_per_s: r(stats.ok / wall),
+  tokens_per_s: r(stats.tokens / wall), prompt_tokens_per_s: r(stats.promptTokens / wall),
+  requests_per_s: r(stats.ok / wall), batch_width: batchWidth,
   ttft_ms: { p50: r(pct(stats.ttft, 50)), p90: r(pct(stats.ttft, 90)), p99: r(pct(stats.ttft, 99)) },
   latency_ms: { p50: r(pct(stats.lat, 50)), p90: r(pct(stats.lat, 90)), p99: r(pct(stats.lat, 99)) },
   rss_kib: { baseline: rssBase, peak: rssPeak, after: rssAfter },

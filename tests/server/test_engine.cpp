@@ -69,6 +69,42 @@ TEST(Engine, ConcurrentSequencesMatchSolo) {
   EXPECT_EQ(s.requests, 4);
   EXPECT_EQ(s.busy, 0);
   EXPECT_GT(s.generated_tokens, 0);
+  EXPECT_GT(s.batch_sequences, s.forwards) << "sequences share forward passes";
+}
+
+// Eight sequences decoded in one batch per step, joined by prompts in chunks (n_batch 16 in all
+// per step), with sampling seeds: each gets exactly its solo output.
+TEST(Engine, EightSequencesBatchedMatchSolo) {
+  const auto& m = test::tiny_model();
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::string text = "Sequence " + std::to_string(i) + ":";
+    for (int w = 0; w < 3 * i; ++w) text += " lighthouse";
+    reqs.push_back(request(text, 10 + 3 * i, 700 + i, 1.0f));
+  }
+  std::vector<std::vector<int32_t>> solo;
+  {
+    Engine e(*m.model, *m.tok, opts(1, 8));
+    for (const auto& r : reqs) {
+      auto t = std::make_shared<Task>(r);
+      ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+      solo.push_back(run_to_end(t));
+    }
+  }
+  Engine e(*m.model, *m.tok, opts(8, 8));
+  std::vector<std::shared_ptr<Task>> tasks;
+  for (const auto& r : reqs) {
+    tasks.push_back(std::make_shared<Task>(r));
+    ASSERT_EQ(e.submit(tasks.back()), Engine::Admit::Ok);
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(run_to_end(tasks[i]), solo[i]) << "sequence " << i;
+    EXPECT_EQ(static_cast<int>(solo[i].size()), 10 + 3 * i);
+  }
+  const EngineStats s = e.stats();
+  // Far fewer forward passes than sequence steps: most passes carry many sequences.
+  EXPECT_GT(s.batch_sequences, 3 * s.forwards) << s.batch_sequences << " sequence steps in " << s.forwards << " passes";
+  EXPECT_EQ(s.batch_tokens, s.prompt_tokens + s.generated_tokens - 8);  // the last token of each is never fed
 }
 
 TEST(Engine, ForcedTokensThenEnd) {
@@ -162,4 +198,33 @@ TEST(Engine, SeededSamplingIsReproducible) {
   const auto ra = run_to_end(a), rb = run_to_end(b), rc = run_to_end(c);
   EXPECT_EQ(ra, rb);
   EXPECT_NE(ra, rc);
+}
+
+// A sequence the model refuses (an id outside the vocabulary; requests are validated before they
+// get here, so this is the engine's own safety net) ends with an error naming the problem; the
+// sequences batched with it are untouched and still give their solo output.
+TEST(Engine, RefusedSequenceFailsAloneOthersContinue) {
+  const auto& m = test::tiny_model();
+  const GenRequest good = request("The lighthouse keeper", 20, 9, 1.0f);
+  std::vector<int32_t> solo;
+  {
+    Engine e(*m.model, *m.tok, opts(1, 4));
+    auto t = std::make_shared<Task>(good);
+    ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+    solo = run_to_end(t);
+  }
+  Engine e(*m.model, *m.tok, opts(3, 4));
+  GenRequest bad = request("abc", 20, 1);
+  bad.prompt.push_back(m.model->n_vocab());
+  auto a = std::make_shared<Task>(good), b = std::make_shared<Task>(bad), c = std::make_shared<Task>(good);
+  ASSERT_EQ(e.submit(a), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(b), Engine::Admit::Ok);
+  ASSERT_EQ(e.submit(c), Engine::Admit::Ok);
+  EXPECT_TRUE(run_to_end(b).empty());
+  EXPECT_EQ(b->finish(), Finish::Error);
+  EXPECT_NE(b->error().find("outside the vocabulary"), std::string::npos) << b->error();
+  EXPECT_EQ(run_to_end(a), solo);
+  EXPECT_EQ(run_to_end(c), solo);
+  EXPECT_EQ(a->finish(), Finish::Length);
+  EXPECT_EQ(e.stats().errors, 1);
 }
