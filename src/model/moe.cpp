@@ -4,10 +4,41 @@
 #include <numeric>
 #include <vector>
 
+#include "model/expert_source.h"
 #include "model/ffn.h"
 #include "model/trace.h"
 
 namespace k3::model {
+
+namespace {
+
+// One MoE layer's routed experts: from the mapping, or requested from ctx.experts when the router
+// has chosen and released when the layer is done (also when it throws).
+class ExpertLayer {
+ public:
+  ExpertLayer(ExpertSource* src, uint32_t il, std::vector<int32_t>& used, const float* x, int64_t T)
+      : src_(src), il_(il) {
+    if (src_) src_->request(il_, used, x, T);
+  }
+  ~ExpertLayer() {
+    if (src_) src_->release(il_);
+  }
+  ExpertLayer(const ExpertLayer&) = delete;
+  ExpertLayer& operator=(const ExpertLayer&) = delete;
+  ExpertMats mats(const LayerWeights& w, int32_t e) const {
+    if (src_) return src_->acquire(il_, e);
+    return {w.gate_exps.mat(e), w.up_exps.mat(e), w.down_exps.mat(e)};
+  }
+  void done(int32_t e) const {
+    if (src_) src_->done(il_, e);
+  }
+
+ private:
+  ExpertSource* src_;
+  uint32_t il_;
+};
+
+}  // namespace
 
 void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, const float* x, int64_t T,
                  float* out) {
@@ -67,20 +98,25 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     const int64_t F = w.gate_exps.ne[1];
     std::vector<std::vector<int64_t>> rows(E);  // (t * k + slot) per expert
     for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
+    std::vector<int32_t> used;
+    for (int32_t e = 0; e < E; ++e)
+      if (!rows[e].empty()) used.push_back(e);
+    ExpertLayer src(ctx.experts, il, used, x, T);
     std::vector<float> zin, a, b, ye;
-    for (int64_t e = 0; e < E; ++e) {
+    for (const int32_t e : used) {
       const auto& r = rows[e];
       const int64_t n = static_cast<int64_t>(r.size());
-      if (n == 0) continue;
       zin.resize(n * dl);
       a.resize(n * F);
       b.resize(n * F);
       ye.resize(n * dl);
       for (int64_t m = 0; m < n; ++m) std::copy_n(z + (r[m] / k) * dl, dl, &zin[m * dl]);
-      linear(ctx, w.gate_exps.mat(e), zin.data(), n, a.data());
-      linear(ctx, w.up_exps.mat(e), zin.data(), n, b.data());
+      const ExpertMats mats = src.mats(w, e);
+      linear(ctx, mats.gate, zin.data(), n, a.data());
+      linear(ctx, mats.up, zin.data(), n, b.data());
       for (int64_t i = 0; i < n * F; ++i) a[i] = situ(a[i], b[i]);
-      linear(ctx, w.down_exps.mat(e), a.data(), n, ye.data());
+      linear(ctx, mats.down, a.data(), n, ye.data());
+      src.done(e);
       for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl], dl, &y[r[m] * dl]);
     }
   }

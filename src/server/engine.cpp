@@ -221,7 +221,8 @@ void Engine::step(Slot& s) {
   Task& t = *s.task;
   if (t.cancelled()) return release(s, Finish::Cancelled);
   const GenRequest& r = t.request();
-  const model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
+  model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
+  opt.experts = o_.experts;
   try {
     if (s.pos < r.prompt.size()) {
       const size_t n = std::min<size_t>(static_cast<size_t>(o_.n_batch), r.prompt.size() - s.pos);
