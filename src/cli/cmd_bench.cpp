@@ -148,7 +148,8 @@ json expert_report(const model::ExpertStats& s, const model::ExpertStats& b, dou
           {"slot_bytes", b.slot_bytes},
           {"budget_bytes", b.budget_bytes},
           {"allocated_bytes", b.allocated_bytes},
-          {"direct_io", b.direct_io}};
+          {"direct_io", b.direct_io},
+          {"io_engine", b.io_engine}};
 }
 
 // Time between consecutive named intermediates, summed by name over the layers of one forward pass:
@@ -388,14 +389,15 @@ int cmd_bench(int argc, char** argv) {
     const json e = expert_report(es_sum, store->stats(), double(n) * reps);
     std::printf("experts per generated token: %.1f hits, %.1f misses (hit rate %.1f%%), %.2f MB read at %.2f GB/s "
                 "(%.1f ms reading, %.1f ms stalled), prefetch %.1f issued / %.1f used, next-layer prediction %.1f%% "
-                "right; cache %lld experts (%.1f MiB of %.1f MiB budget, %s)\n",
+                "right; cache %lld experts (%.1f MiB of %.1f MiB budget, %s, %s)\n",
                 e["hits_per_token"].get<double>(), e["misses_per_token"].get<double>(),
                 100 * e["hit_rate"].get<double>(), e["bytes_read_per_token"].get<double>() / 1e6,
                 e["read_gbps"].get<double>(), 1e3 * e["read_busy_s_per_token"].get<double>(),
                 1e3 * e["stall_s_per_token"].get<double>(), e["prefetched_per_token"].get<double>(),
                 e["prefetch_used_per_token"].get<double>(), 100 * e["prediction_accuracy"].get<double>(),
                 e["capacity_experts"].get<long long>(), e["allocated_bytes"].get<double>() / 1048576.0,
-                e["budget_bytes"].get<double>() / 1048576.0, e["direct_io"].get<bool>() ? "O_DIRECT" : "buffered");
+                e["budget_bytes"].get<double>() / 1048576.0, e["direct_io"].get<bool>() ? "O_DIRECT" : "buffered",
+                e["io_engine"].get<std::string>().c_str());
   }
   if (profile) {
     if (p > 0) print_profile("prompt processing, time by op (one pass):", prof_pp);

@@ -33,7 +33,7 @@ struct StreamFlags {
   std::string policy = "freq";
   double pin = 0;
   int io_threads = 8;
-  bool no_prefetch = false;
+  bool no_prefetch = false, no_uring = false;
   bool enabled() const { return !cache.empty() || !trace.empty(); }
 };
 void add_stream_flags(CLI::App& app, StreamFlags& f);

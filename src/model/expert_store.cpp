@@ -32,6 +32,19 @@ uint64_t read_u64_file(const std::string& path) {
   return std::strtoull(buf, nullptr, 10);
 }
 
+// cgroup v1: the smallest limit on the path to the root (memory.stat's hierarchical_memory_limit).
+uint64_t v1_limit(const std::string& dir) {
+  uint64_t limit = read_u64_file(dir + "/memory.limit_in_bytes");
+  if (FILE* f = std::fopen((dir + "/memory.stat").c_str(), "r")) {
+    char line[256];
+    unsigned long long v = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "hierarchical_memory_limit %llu", &v) == 1 && v > 0) limit = limit ? std::min<uint64_t>(limit, v) : v;
+    std::fclose(f);
+  }
+  return limit;
+}
+
 }  // namespace
 
 uint64_t parse_size(const std::string& s) {
@@ -69,7 +82,7 @@ uint64_t available_memory() {
       uint64_t limit = 0;
       if (l.rfind("0::", 0) == 0) limit = read_u64_file("/sys/fs/cgroup" + l.substr(3) + "/memory.max");
       else if (const size_t p = l.find(":memory:"); p != std::string::npos)
-        limit = read_u64_file("/sys/fs/cgroup/memory" + l.substr(p + 8) + "/memory.limit_in_bytes");
+        limit = v1_limit("/sys/fs/cgroup/memory" + l.substr(p + 8));
       if (limit > 0 && (avail == 0 || limit < avail)) avail = limit;
     }
     std::fclose(f);
@@ -153,7 +166,7 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
   if (paths.empty())
     for (const auto& f : m.file().files()) paths.push_back(f->path());
   if (paths.size() != m.file().files().size()) fail("expert store: %zu read paths for %zu model files", paths.size(), m.file().files().size());
-  reader_ = std::make_unique<ExpertReader>(paths, o.io_threads, [this](const ReadJob& j, const std::string& err) { on_read(j, err); });
+  reader_ = std::make_unique<ExpertReader>(paths, o.io_threads, o.io_uring, [this](const ReadJob& j, const std::string& err) { on_read(j, err); });
   if (!o.trace_path.empty()) {
     trace_.open(o.trace_path);
     if (!trace_) fail("%s: cannot write the routing trace", o.trace_path.c_str());
@@ -494,6 +507,7 @@ ExpertStats ExpertStore::stats() const {
   s.slot_bytes = slot_bytes_;
   s.budget_bytes = budget_;
   s.direct_io = reader_->direct();
+  s.io_engine = reader_->engine();
   return s;
 }
 

@@ -27,7 +27,8 @@ struct ExpertStoreOptions {
   bool prefetch = true;
   std::string policy = "freq";  // cache_policy.h
   double half_life = 4096;
-  int io_threads = 8;
+  int io_threads = 8;                   // pread threads (without io_uring)
+  bool io_uring = true;                 // io_uring when built with liburing and allowed
   std::string trace_path;               // record the routing trace here (cache_policy.h format)
   std::vector<std::string> read_paths;  // read experts from these files instead of the model's (tests)
   bool quiet = false;                   // no notices on stderr
@@ -43,6 +44,7 @@ struct ExpertStats {
   int64_t capacity = 0, resident = 0, pinned = 0;
   uint64_t slot_bytes = 0, budget_bytes = 0, allocated_bytes = 0;
   bool direct_io = true;
+  const char* io_engine = "";
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0; }
   double read_gbps() const { return read_busy_s > 0 ? double(bytes_read) / read_busy_s / 1e9 : 0; }
   double prediction_accuracy() const { return predicted ? double(predicted_right) / double(predicted) : 0; }

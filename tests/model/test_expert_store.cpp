@@ -88,6 +88,7 @@ TEST_P(Streaming, IdenticalAtEveryCacheSizeAndPrefetch) {
   for (const Combo& c : combos) {
     model::ExpertStoreOptions o;
     o.quiet = true, o.prefetch = c.prefetch, o.policy = c.policy, o.io_threads = 3;
+    o.io_uring = (&c - combos) % 2 == 0;  // both read engines
     o.budget_bytes = 1;
     const uint64_t slot = model::ExpertStore(*m, o).stats().slot_bytes;
     o.budget_bytes = c.n_exp == 0 ? 1 : c.n_exp * slot;
@@ -162,10 +163,12 @@ TEST(ExpertStore, ReadErrorNamesTensorAndOffsetAndStoreStaysUsable) {
   model::ExpertStoreOptions o;
   o.quiet = true, o.read_paths = {bad};
   o.budget_bytes = 1;
-  model::ExpertStore store(*m, o);
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  std::unique_ptr<model::ExpertStore> store;
+  for (int attempt = 0; attempt < 4; ++attempt) {  // twice per read engine: the store stays usable
+    o.io_uring = attempt < 2;
+    if (attempt % 2 == 0) store = std::make_unique<model::ExpertStore>(*m, o);
     try {
-      run(*m, &store);
+      run(*m, store.get());
       FAIL() << "expected a read error";
     } catch (const Error& e) {
       const std::string msg = e.what();
