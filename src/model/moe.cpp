@@ -18,7 +18,13 @@ class ExpertLayer {
  public:
   ExpertLayer(ExpertSource* src, uint32_t il, std::vector<int32_t>& used, const float* x, int64_t T)
       : src_(src), il_(il) {
-    if (src_) src_->request(il_, used, x, T);
+    if (!src_) return;
+    try {
+      src_->request(il_, used, x, T);
+    } catch (...) {
+      src_->release(il_);
+      throw;
+    }
   }
   ~ExpertLayer() {
     if (src_) src_->release(il_);
