@@ -306,22 +306,27 @@ void ExpertStore::request(uint32_t il, std::vector<int32_t>& experts, const floa
       pred.clear();
     }
     policy_->tick(il);
+    // pin the resident experts first, so that reading a missing one cannot evict another of this request
     for (int32_t e : experts) {
       const int32_t key = static_cast<int32_t>(il) * E_ + e;
       policy_->access(key);
-      int32_t s = where_[key];
-      if (s >= 0) {
-        ++st_.hits;
-        if (slots_[s].prefetched) ++st_.prefetch_used, slots_[s].prefetched = false;
-      } else {
-        ++st_.misses;
-        s = alloc_locked();
-        if (s < 0) {
-          pending_.push_back(e);
-          continue;
-        }
-        load_locked(s, key, jobs);
+      const int32_t s = where_[key];
+      if (s < 0) continue;
+      ++st_.hits;
+      if (slots_[s].prefetched) ++st_.prefetch_used, slots_[s].prefetched = false;
+      ++slots_[s].pins;
+      cur_pins_.push_back(s);
+    }
+    for (int32_t e : experts) {
+      const int32_t key = static_cast<int32_t>(il) * E_ + e;
+      if (where_[key] >= 0) continue;
+      ++st_.misses;
+      const int32_t s = alloc_locked();
+      if (s < 0) {
+        pending_.push_back(e);
+        continue;
       }
+      load_locked(s, key, jobs);
       ++slots_[s].pins;
       cur_pins_.push_back(s);
     }
