@@ -462,40 +462,37 @@ int64_t ExpertStore::warmup(const std::vector<double>& weight_in, double pin_fra
                                           static_cast<int64_t>(slots_.size()) - max_k);
   const double wmax = keys.empty() ? 1.0 : weight[keys.front()];
   const auto t0 = Clock::now();
-  const size_t batch = 64;
+  // everything is queued at once (the reader keeps its queue depth full); then wait in order
+  std::vector<int32_t> mine;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<ReadJob> jobs;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      if (where_[keys[j]] >= 0) continue;
+      const int32_t s = alloc_locked();
+      if (s < 0) break;
+      load_locked(s, keys[j], jobs);
+      slots_[s].permanent = static_cast<int64_t>(j) < n_pin;
+      policy_->seed(keys[j], 1.0 + 3.0 * weight[keys[j]] / wmax);
+      mine.push_back(s);
+    }
+    if (!jobs.empty()) reader_->submit(jobs);
+  }
   int64_t loaded = 0;
-  for (size_t i = 0; i < keys.size(); i += batch) {
-    std::vector<int32_t> mine;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      std::vector<ReadJob> jobs;
-      for (size_t j = i; j < std::min(keys.size(), i + batch); ++j) {
-        if (where_[keys[j]] >= 0) continue;
-        const int32_t s = alloc_locked();
-        if (s < 0) break;
-        load_locked(s, keys[j], jobs);
-        slots_[s].permanent = static_cast<int64_t>(j) < n_pin;
-        policy_->seed(keys[j], 1.0 + 3.0 * weight[keys[j]] / wmax);
-        mine.push_back(s);
-      }
-      if (!jobs.empty()) reader_->submit(jobs);
-    }
-    std::unique_lock<std::mutex> lk(mu_);
-    for (int32_t s : mine) {
-      cv_.wait(lk, [&] { return slots_[s].st != Slot::St::Loading; });
-      if (slots_[s].st == Slot::St::Failed) fail("warmup: %s", slots_[s].error.c_str());
-      ++loaded;
-    }
-    if (!o_.quiet) {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (int32_t s : mine) {
+    cv_.wait(lk, [&] { return slots_[s].st != Slot::St::Loading; });
+    if (slots_[s].st == Slot::St::Failed) fail("warmup: %s", slots_[s].error.c_str());
+    ++loaded;
+    if (!o_.quiet && (loaded % 32 == 0 || loaded == static_cast<int64_t>(mine.size()))) {
       const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-      const double frac = static_cast<double>(std::min(keys.size(), i + batch)) / static_cast<double>(keys.size());
-      const int bar = static_cast<int>(frac * 30);
+      const int bar = static_cast<int>(30.0 * loaded / mine.size());
       std::fprintf(stderr, "\rk3: warmup [%s%s] %lld/%zu experts, %.2f GB, %.2f GB/s", std::string(bar, '#').c_str(),
-                   std::string(30 - bar, '.').c_str(), static_cast<long long>(loaded), keys.size(),
+                   std::string(30 - bar, '.').c_str(), static_cast<long long>(loaded), mine.size(),
                    loaded * slot_bytes_ / 1e9, sec > 0 ? loaded * slot_bytes_ / 1e9 / sec : 0.0);
     }
   }
-  if (!o_.quiet && !keys.empty()) std::fprintf(stderr, "\n");
+  if (!o_.quiet && !mine.empty()) std::fprintf(stderr, "\n");
   return loaded;
 }
 
