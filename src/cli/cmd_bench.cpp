@@ -131,6 +131,7 @@ void add_delta(model::ExpertStats& sum, const model::ExpertStats& a, const model
   sum.bytes_read += b.bytes_read - a.bytes_read;
   sum.read_busy_s += b.read_busy_s - a.read_busy_s, sum.stall_s += b.stall_s - a.stall_s;
   sum.prefetched += b.prefetched - a.prefetched, sum.prefetch_used += b.prefetch_used - a.prefetch_used;
+  sum.prefetch_skipped += b.prefetch_skipped - a.prefetch_skipped;
   sum.predicted += b.predicted - a.predicted, sum.predicted_right += b.predicted_right - a.predicted_right;
 }
 json expert_report(const model::ExpertStats& s, const model::ExpertStats& b, double tokens) {
@@ -143,6 +144,7 @@ json expert_report(const model::ExpertStats& s, const model::ExpertStats& b, dou
           {"stall_s_per_token", s.stall_s / tokens},
           {"prefetched_per_token", s.prefetched / tokens},
           {"prefetch_used_per_token", s.prefetch_used / tokens},
+          {"prefetch_skipped_per_token", s.prefetch_skipped / tokens},
           {"prediction_accuracy", s.prediction_accuracy()},
           {"capacity_experts", b.capacity},
           {"slot_bytes", b.slot_bytes},

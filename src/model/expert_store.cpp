@@ -344,6 +344,17 @@ void ExpertStore::request(uint32_t il, std::vector<int32_t>& experts, const floa
   std::lock_guard<std::mutex> lk(mu_);
   predicted_[next] = guess;
   if (!pending_.empty()) return;  // the cache is full of this layer's experts
+  const auto now = Clock::now();
+  const double wall = std::chrono::duration<double>(now - util_t0_).count();
+  if (wall >= kUtilWindowS) {
+    const double busy = reader_->busy_seconds();
+    util_ = (busy - util_busy0_) / wall;
+    util_t0_ = now, util_busy0_ = busy;
+  }
+  if (util_ > kMaxUtil) {
+    ++st_.prefetch_skipped;
+    return;
+  }
   jobs.clear();
   for (int32_t e : guess) {
     const int32_t key = static_cast<int32_t>(next) * E_ + e;

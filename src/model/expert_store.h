@@ -7,6 +7,7 @@
 // results are identical to the mapped path at every cache size, with or without prefetch.
 #pragma once
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <fstream>
@@ -37,6 +38,7 @@ struct ExpertStoreOptions {
 struct ExpertStats {
   uint64_t hits = 0, misses = 0;          // requested experts found resident (or in flight) / read
   uint64_t prefetched = 0, prefetch_used = 0;
+  uint64_t prefetch_skipped = 0;  // layers not prefetched because the drive was busy (> 70 % of the time)
   uint64_t predicted = 0, predicted_right = 0;  // requested experts / of them predicted by the previous layer
   uint64_t bytes_read = 0;
   double read_busy_s = 0;  // time with at least one read in flight
@@ -120,6 +122,11 @@ class ExpertStore : public ExpertSource {
   std::vector<int32_t> free_, where_;  // where_: key -> slot or -1
   std::vector<int32_t> cur_pins_, pending_;
   std::vector<std::vector<int32_t>> predicted_;  // per layer, from the previous layer's input
+  // Prefetching spends drive time on mispredictions, so it runs only while the drive has time to
+  // spare: the share of wall time with reads in flight, measured over windows of kUtilWindowS.
+  static constexpr double kUtilWindowS = 0.5, kMaxUtil = 0.7;
+  double util_ = 0, util_busy0_ = 0;
+  std::chrono::steady_clock::time_point util_t0_ = std::chrono::steady_clock::now();
   ExpertStats st_;
   std::ofstream trace_;
 };
