@@ -147,6 +147,8 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
     metric("k3_expert_prefetched_total", "counter", "Experts prefetched for the next layer.", double(x->prefetched));
     metric("k3_expert_prefetch_used_total", "counter", "Prefetched experts that were then requested.",
            double(x->prefetch_used));
+    metric("k3_expert_prefetch_skipped_total", "counter", "Layers not prefetched because the drive was busy.",
+           double(x->prefetch_skipped));
     metric("k3_expert_prediction_accuracy", "gauge", "Share of requested experts the previous layer predicted.",
            x->prediction_accuracy());
     metric("k3_expert_read_gbps", "gauge", "Expert read throughput while reading, GB/s.", x->read_gbps());
