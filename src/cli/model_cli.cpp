@@ -75,7 +75,8 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
   app.add_flag("--no-io-uring", f.no_uring, "read experts with a pread thread pool even where io_uring works");
   app.add_option("--warmup", f.warmup, "fill the expert cache before running: 'uniform' or a routing trace FILE");
   app.add_option("--pin-hot", f.pin, "with --warmup: fraction of the cache pinned to the hottest experts (0-1)");
-  app.add_option("--routing-trace", f.trace, "record the experts each MoE layer requests to FILE (k3 cache-sim)");
+  app.add_option("--routing-trace", f.trace, "record the experts each MoE layer requests to FILE for k3 cache-sim (streams experts, "
+                 "with --expert-cache auto unless given)");
 }
 
 std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet) {

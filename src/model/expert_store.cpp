@@ -197,6 +197,7 @@ int32_t ExpertStore::alloc_locked() {
     where_[slots_[victim].key] = -1;
     slots_[victim].key = -1;
     slots_[victim].st = Slot::St::Free;
+    slots_[victim].prefetched = false;
   }
   return victim;
 }
