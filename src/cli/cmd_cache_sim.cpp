@@ -13,9 +13,10 @@
 using namespace k3;
 
 static int cmd_cache_sim(int argc, char** argv) {
-  CLI::App app{"Replay a routing trace against expert cache policies (lru, freq, belady = optimal) at several "
-               "cache sizes, in experts or as fractions of all routed experts.",
-               "k3 cache-sim"};
+  CLI::App app{
+      "Replay a routing trace against expert cache policies (lru, freq, belady = optimal) at several "
+      "cache sizes, in experts or as fractions of all routed experts.",
+      "k3 cache-sim"};
   std::string trace_path;
   std::vector<double> sizes;
   std::vector<std::string> policies{"lru", "freq", "belady"};
@@ -25,7 +26,8 @@ static int cmd_cache_sim(int argc, char** argv) {
   app.add_option("--sizes", sizes, "cache sizes: experts (>= 1) or fractions of all experts (< 1)")
       ->default_str("0.1 0.25 0.5");
   app.add_option("--policies", policies, "policies to replay")->capture_default_str();
-  app.add_option("--half-life", half_life, "freq policy: requests to a layer that halve a count")->capture_default_str();
+  app.add_option("--half-life", half_life, "freq policy: requests to a layer that halve a count")
+      ->capture_default_str();
   app.add_flag("--json", as_json, "print one JSON object");
   try {
     app.parse(argc, argv);
@@ -37,7 +39,10 @@ static int cmd_cache_sim(int argc, char** argv) {
   size_t largest = 1, accesses = 0;
   for (const auto& g : tr.groups) largest = std::max(largest, g.experts.size()), accesses += g.experts.size();
   const double total = static_cast<double>(tr.n_layer) * tr.n_expert;
-  nlohmann::json out = {{"trace", trace_path}, {"groups", tr.groups.size()}, {"accesses", accesses}, {"results", nlohmann::json::array()}};
+  nlohmann::json out = {{"trace", trace_path},
+                        {"groups", tr.groups.size()},
+                        {"accesses", accesses},
+                        {"results", nlohmann::json::array()}};
   if (!as_json)
     std::printf("%s: %zu requests, %zu expert accesses, %u layers x %d experts\n\n  %10s %8s", trace_path.c_str(),
                 tr.groups.size(), accesses, tr.n_layer, tr.n_expert, "capacity", "share");
@@ -52,7 +57,8 @@ static int cmd_cache_sim(int argc, char** argv) {
     if (!as_json) std::printf("  %10lld %7.1f%%", static_cast<long long>(cap), 100.0 * cap / total);
     for (const auto& p : policies) {
       const model::SimResult r = model::simulate(tr, p, cap, half_life);
-      out["results"].push_back({{"policy", p}, {"capacity", cap}, {"hits", r.hits}, {"misses", r.misses}, {"hit_rate", r.hit_rate()}});
+      out["results"].push_back(
+          {{"policy", p}, {"capacity", cap}, {"hits", r.hits}, {"misses", r.misses}, {"hit_rate", r.hit_rate()}});
       if (!as_json) std::printf(" %8.1f%%", 100 * r.hit_rate());
     }
     if (!as_json) std::printf("\n");

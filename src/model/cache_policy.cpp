@@ -30,8 +30,12 @@ class LruPolicy : public CachePolicy {
 class FreqPolicy : public CachePolicy {
  public:
   FreqPolicy(uint32_t n_layer, int32_t n_expert, double half_life)
-      : E_(n_expert), lambda_(std::log(2.0) / half_life), now_(n_layer, 0), count_(size_t(n_layer) * n_expert, 0),
-        at_(size_t(n_layer) * n_expert, 0), last_(size_t(n_layer) * n_expert, 0) {}
+      : E_(n_expert),
+        lambda_(std::log(2.0) / half_life),
+        now_(n_layer, 0),
+        count_(size_t(n_layer) * n_expert, 0),
+        at_(size_t(n_layer) * n_expert, 0),
+        last_(size_t(n_layer) * n_expert, 0) {}
   const char* name() const override { return "freq"; }
   void tick(uint32_t il) override { ++now_[il]; }
   void access(int32_t key) override {

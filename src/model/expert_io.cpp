@@ -44,7 +44,8 @@ ExpertReader::ExpertReader(const std::vector<std::string>& paths, int n_threads,
 #else
   (void)uring;
 #endif
-  if (ring_) threads_.emplace_back([this] { reaper(); });
+  if (ring_)
+    threads_.emplace_back([this] { reaper(); });
   else
     for (int i = 0; i < std::max(1, n_threads); ++i) threads_.emplace_back([this] { worker(); });
 }
@@ -71,8 +72,9 @@ ExpertReader::~ExpertReader() {
 }
 
 void ExpertReader::submit(std::vector<ReadJob> jobs) {
-  std::sort(jobs.begin(), jobs.end(),
-            [](const ReadJob& a, const ReadJob& b) { return a.file != b.file ? a.file < b.file : a.offset < b.offset; });
+  std::sort(jobs.begin(), jobs.end(), [](const ReadJob& a, const ReadJob& b) {
+    return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+  });
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& j : jobs) queue_.push_back(j);
@@ -185,8 +187,10 @@ void ExpertReader::reaper() {
       continue;
     }
     std::string err;
-    if (res < 0) err = error_at(a->job, a->got, -res);
-    else a->got += static_cast<size_t>(res);
+    if (res < 0)
+      err = error_at(a->job, a->got, -res);
+    else
+      a->got += static_cast<size_t>(res);
     const ReadJob j = a->job;
     const size_t got = a->got;
     delete a;

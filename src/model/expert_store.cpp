@@ -39,7 +39,8 @@ uint64_t v1_limit(const std::string& dir) {
     char line[256];
     unsigned long long v = 0;
     while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "hierarchical_memory_limit %llu", &v) == 1 && v > 0) limit = limit ? std::min<uint64_t>(limit, v) : v;
+      if (std::sscanf(line, "hierarchical_memory_limit %llu", &v) == 1 && v > 0)
+        limit = limit ? std::min<uint64_t>(limit, v) : v;
     std::fclose(f);
   }
   return limit;
@@ -52,11 +53,16 @@ uint64_t parse_size(const std::string& s) {
   const double v = std::strtod(s.c_str(), &end);
   double mul = 1;
   std::string suf(end ? end : "");
-  if (suf == "K" || suf == "k" || suf == "KiB") mul = 1024.0;
-  else if (suf == "M" || suf == "m" || suf == "MiB") mul = 1024.0 * 1024;
-  else if (suf == "G" || suf == "g" || suf == "GiB") mul = 1024.0 * 1024 * 1024;
-  else if (suf == "T" || suf == "t" || suf == "TiB") mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suf.empty()) fail("'%s' is not a size (a number with an optional K, M, G or T suffix)", s.c_str());
+  if (suf == "K" || suf == "k" || suf == "KiB")
+    mul = 1024.0;
+  else if (suf == "M" || suf == "m" || suf == "MiB")
+    mul = 1024.0 * 1024;
+  else if (suf == "G" || suf == "g" || suf == "GiB")
+    mul = 1024.0 * 1024 * 1024;
+  else if (suf == "T" || suf == "t" || suf == "TiB")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (!suf.empty())
+    fail("'%s' is not a size (a number with an optional K, M, G or T suffix)", s.c_str());
   if (s.empty() || end == s.c_str() || !(v > 0) || !std::isfinite(v))
     fail("'%s' is not a size (a positive number with an optional K, M, G or T suffix)", s.c_str());
   return static_cast<uint64_t>(v * mul);
@@ -80,7 +86,8 @@ uint64_t available_memory() {
       std::string l(line);
       if (!l.empty() && l.back() == '\n') l.pop_back();
       uint64_t limit = 0;
-      if (l.rfind("0::", 0) == 0) limit = read_u64_file("/sys/fs/cgroup" + l.substr(3) + "/memory.max");
+      if (l.rfind("0::", 0) == 0)
+        limit = read_u64_file("/sys/fs/cgroup" + l.substr(3) + "/memory.max");
       else if (const size_t p = l.find(":memory:"); p != std::string::npos)
         limit = v1_limit("/sys/fs/cgroup/memory" + l.substr(p + 8));
       if (limit > 0 && (avail == 0 || limit < avail)) avail = limit;
@@ -165,8 +172,10 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
   std::vector<std::string> paths = o.read_paths;
   if (paths.empty())
     for (const auto& f : m.file().files()) paths.push_back(f->path());
-  if (paths.size() != m.file().files().size()) fail("expert store: %zu read paths for %zu model files", paths.size(), m.file().files().size());
-  reader_ = std::make_unique<ExpertReader>(paths, o.io_threads, o.io_uring, [this](const ReadJob& j, const std::string& err) { on_read(j, err); });
+  if (paths.size() != m.file().files().size())
+    fail("expert store: %zu read paths for %zu model files", paths.size(), m.file().files().size());
+  reader_ = std::make_unique<ExpertReader>(paths, o.io_threads, o.io_uring,
+                                           [this](const ReadJob& j, const std::string& err) { on_read(j, err); });
   if (!o.trace_path.empty()) {
     trace_.open(o.trace_path);
     if (!trace_) fail("%s: cannot write the routing trace", o.trace_path.c_str());

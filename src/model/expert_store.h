@@ -36,9 +36,9 @@ struct ExpertStoreOptions {
 };
 
 struct ExpertStats {
-  uint64_t hits = 0, misses = 0;          // requested experts found resident (or in flight) / read
+  uint64_t hits = 0, misses = 0;  // requested experts found resident (or in flight) / read
   uint64_t prefetched = 0, prefetch_used = 0;
-  uint64_t prefetch_skipped = 0;  // layers not prefetched because the drive was busy (> 70 % of the time)
+  uint64_t prefetch_skipped = 0;                // layers not prefetched because the drive was busy (> 70 % of the time)
   uint64_t predicted = 0, predicted_right = 0;  // requested experts / of them predicted by the previous layer
   uint64_t bytes_read = 0;
   double read_busy_s = 0;  // time with at least one read in flight
@@ -102,7 +102,7 @@ class ExpertStore : public ExpertSource {
     size_t seg_at[3] = {0, 0, 0};
     std::string error;
   };
-  int32_t alloc_locked();                        // a free or evictable slot, or -1
+  int32_t alloc_locked();  // a free or evictable slot, or -1
   void load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs);
   void free_locked(int32_t s);
   void on_read(const ReadJob& j, const std::string& err);

@@ -82,9 +82,9 @@ TEST_P(Streaming, IdenticalAtEveryCacheSizeAndPrefetch) {
     const char* policy;
   };
   const uint64_t all = uint64_t(L) * E;
-  const Combo combos[] = {{0, false, "freq"},       {0, true, "freq"},   {0, true, "lru"},
-                          {L + 1, false, "freq"},   {L + 1, true, "lru"}, {all / 2, true, "freq"},
-                          {all / 2, false, "lru"},  {all, true, "freq"}};
+  const Combo combos[] = {{0, false, "freq"},      {0, true, "freq"},    {0, true, "lru"},
+                          {L + 1, false, "freq"},  {L + 1, true, "lru"}, {all / 2, true, "freq"},
+                          {all / 2, false, "lru"}, {all, true, "freq"}};
   for (const Combo& c : combos) {
     model::ExpertStoreOptions o;
     o.quiet = true, o.prefetch = c.prefetch, o.policy = c.policy, o.io_threads = 3;
@@ -94,7 +94,8 @@ TEST_P(Streaming, IdenticalAtEveryCacheSizeAndPrefetch) {
     o.budget_bytes = c.n_exp == 0 ? 1 : c.n_exp * slot;
     model::ExpertStore store(*m, o);
     SCOPED_TRACE(testing::Message() << "experts " << c.n_exp << " prefetch " << c.prefetch << " " << c.policy);
-    EXPECT_EQ(store.capacity(), c.n_exp == 0 ? int64_t(std::max(L, m->hparams().n_expert_used[L - 1])) : int64_t(c.n_exp));
+    EXPECT_EQ(store.capacity(),
+              c.n_exp == 0 ? int64_t(std::max(L, m->hparams().n_expert_used[L - 1])) : int64_t(c.n_exp));
     EXPECT_TRUE(same_bits(run(*m, &store), ref));
     const model::ExpertStats s = store.stats();
     EXPECT_GT(s.misses, 0u);
@@ -210,7 +211,8 @@ model::RoutingTrace make_trace(uint32_t L, int32_t E, int k, int tokens, uint64_
         // a skewed but flat-ish popularity (half the picks from the first quarter), and every 50th
         // token a burst of one-off experts from the tail (a scan)
         const bool scan = scans && t % 50 == 0;
-        int32_t e = scan ? E - 1 - int32_t(rnd() % (E / 4)) : (rnd() % 2 ? int32_t(rnd() % (E / 4)) : int32_t(rnd() % E));
+        int32_t e =
+            scan ? E - 1 - int32_t(rnd() % (E / 4)) : (rnd() % 2 ? int32_t(rnd() % (E / 4)) : int32_t(rnd() % E));
         if (std::find(g.experts.begin(), g.experts.end(), e) == g.experts.end()) g.experts.push_back(e);
       }
       tr.groups.push_back(g);
