@@ -110,7 +110,7 @@ uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes) {
   for (const auto& f : m.file().files()) file += f->size();
   const uint64_t trunk = file - expert_stack_bytes(m);
   const uint64_t avail = available_memory();
-  const uint64_t reserve = std::max<uint64_t>(512ull << 20, avail / 10);
+  const uint64_t reserve = std::max<uint64_t>(256ull << 20, avail / 10);
   const uint64_t need = trunk + state_bytes + reserve;
   return avail > need ? avail - need : 0;
 }

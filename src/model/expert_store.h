@@ -57,7 +57,8 @@ uint64_t parse_size(const std::string& s);
 // Memory the process may use (MemAvailable, capped by a cgroup v1 or v2 limit), in bytes.
 uint64_t available_memory();
 // Cache budget from available_memory(): minus the non-expert part of the file (the trunk), the
-// state, and room for the OS and scratch (512 MiB or 10%, whichever is larger).
+// state, and room for the OS and scratch (256 MiB or 10%, whichever is larger; a 1 GiB group running
+// a 2 GB model peaked at trunk + cache + 100 MiB).
 uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes);
 // Bytes of the routed expert stacks in the model's files.
 uint64_t expert_stack_bytes(const Model& m);
