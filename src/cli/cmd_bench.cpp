@@ -107,12 +107,51 @@ double state_bytes(const model::State& st) {
 
 // Reads one byte per page of every mapped file so no timed pass pays page faults (llama.cpp maps
 // with MAP_POPULATE for the same reason). Returns seconds.
-double prefault(const model::Model& m) {
+// When streaming, the routed expert stacks are skipped (they are read into the expert cache).
+double prefault(const model::Model& m, bool skip_experts) {
   const auto t0 = Clock::now();
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> skip;
+  if (skip_experts)
+    for (const auto& l : m.weights().layers)
+      for (const model::Tensor* t : {&l.gate_exps, &l.up_exps, &l.down_exps})
+        if (*t) skip.emplace_back(t->data, t->data + t->info->nbytes);
   volatile uint8_t sink = 0;
   for (const auto& f : m.file().files())
-    for (size_t i = 0; i < f->size(); i += 4096) sink = sink + f->base()[i];
+    for (size_t i = 0; i < f->size(); i += 4096) {
+      const uint8_t* p = f->base() + i;
+      if (std::any_of(skip.begin(), skip.end(), [&](auto& r) { return p >= r.first && p < r.second; })) continue;
+      sink = sink + *p;
+    }
   return seconds_since(t0);
+}
+
+// Expert-cache counters of the timed generation passes.
+void add_delta(model::ExpertStats& sum, const model::ExpertStats& a, const model::ExpertStats& b) {
+  sum.hits += b.hits - a.hits, sum.misses += b.misses - a.misses;
+  sum.bytes_read += b.bytes_read - a.bytes_read;
+  sum.read_busy_s += b.read_busy_s - a.read_busy_s, sum.stall_s += b.stall_s - a.stall_s;
+  sum.prefetched += b.prefetched - a.prefetched, sum.prefetch_used += b.prefetch_used - a.prefetch_used;
+  sum.prefetch_skipped += b.prefetch_skipped - a.prefetch_skipped;
+  sum.predicted += b.predicted - a.predicted, sum.predicted_right += b.predicted_right - a.predicted_right;
+}
+json expert_report(const model::ExpertStats& s, const model::ExpertStats& b, double tokens) {
+  return {{"hits_per_token", s.hits / tokens},
+          {"misses_per_token", s.misses / tokens},
+          {"hit_rate", s.hit_rate()},
+          {"bytes_read_per_token", s.bytes_read / tokens},
+          {"read_gbps", s.read_gbps()},
+          {"read_busy_s_per_token", s.read_busy_s / tokens},
+          {"stall_s_per_token", s.stall_s / tokens},
+          {"prefetched_per_token", s.prefetched / tokens},
+          {"prefetch_used_per_token", s.prefetch_used / tokens},
+          {"prefetch_skipped_per_token", s.prefetch_skipped / tokens},
+          {"prediction_accuracy", s.prediction_accuracy()},
+          {"capacity_experts", b.capacity},
+          {"slot_bytes", b.slot_bytes},
+          {"budget_bytes", b.budget_bytes},
+          {"allocated_bytes", b.allocated_bytes},
+          {"direct_io", b.direct_io},
+          {"io_engine", b.io_engine}};
 }
 
 // Time between consecutive named intermediates, summed by name over the layers of one forward pass:
@@ -189,6 +228,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--membw-mib", membw_mib, "bandwidth probe buffer in MiB (0: no probe)")->capture_default_str();
   app.add_flag("--profile", profile, "also time one pp pass and the -n decodes by op (named intermediates)");
   app.add_flag("--json", as_json, "print one JSON object");
+  cli::StreamFlags stream;
+  cli::add_stream_flags(app, stream);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -203,7 +244,8 @@ int cmd_bench(int argc, char** argv) {
   const auto t_load = Clock::now();
   auto m = model::Model::load(model_path);
   const double load_s = seconds_since(t_load);
-  const double prefault_s = prefault(*m);
+  auto store = cli::make_expert_store(*m, stream, as_json);
+  const double prefault_s = prefault(*m, store != nullptr);
   const DecodeBytes db = decode_bytes(*m);
   double model_bytes = 0;
   std::map<std::string, double> bytes_by_type;
@@ -214,6 +256,7 @@ int cmd_bench(int argc, char** argv) {
 
   ThreadPool pool(cli::pick_threads(threads));
   model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
+  opt.experts = store.get();
   const int64_t n_ctx = std::max(p, n) + 1;
   model::State st = m->new_state(n_ctx);
   std::vector<float> logits;
@@ -271,12 +314,17 @@ int cmd_bench(int argc, char** argv) {
   // load. RSS is read before the probe buffer exists (after the first repetition: weights touched,
   // state and scratch at their steady size).
   std::vector<double> pp_tps, tg_tps, probe_gbps, ratios, par_batched_tps, par_separate_tps;
+  model::ExpertStats es_sum;  // over the timed generation passes
   std::unique_ptr<BigBuffer> probe;
   Rss rss;
   double st_bytes = 0;
   for (int r = 0; r < reps; ++r) {
     if (p > 0) pp_tps.push_back(p / run_pp());
-    if (n > 0) tg_tps.push_back(n / run_tg(n));
+    if (n > 0) {
+      const model::ExpertStats before = store ? store->stats() : model::ExpertStats{};
+      tg_tps.push_back(n / run_tg(n));
+      if (store) add_delta(es_sum, before, store->stats());
+    }
     for (int k = 0; par && k < 2; ++k) {  // the order alternates between repetitions
       const bool batched = (k + r) % 2 == 0;
       (batched ? par_batched_tps : par_separate_tps).push_back(double(parallel) * n / run_tg_par(n, batched));
@@ -361,6 +409,7 @@ int cmd_bench(int argc, char** argv) {
                           {"batched_samples", par_batched_tps},
                           {"separate_samples", par_separate_tps}};
     if (profile) j["profile"] = {{"pp", prof_pp}, {"tg", prof_tg}};
+    if (store && n > 0) j["experts"] = expert_report(es_sum, store->stats(), double(n) * reps);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -383,6 +432,20 @@ int cmd_bench(int argc, char** argv) {
                 gbps, pool.size(), membw, membw_best, roofline);
   std::printf("RSS: %.1f MB current, %.1f MB peak (file-backed %.1f MB, anonymous %.1f MB; state %.2f MB)\n",
               rss.current / 1e6, rss.peak / 1e6, rss.file / 1e6, rss.anon / 1e6, st_bytes / 1e6);
+  if (store && n > 0) {
+    const json e = expert_report(es_sum, store->stats(), double(n) * reps);
+    std::printf("experts per generated token: %.1f hits, %.1f misses (hit rate %.1f%%), %.2f MB read at %.2f GB/s "
+                "(%.1f ms reading, %.1f ms stalled), prefetch %.1f issued / %.1f used, next-layer prediction %.1f%% "
+                "right; cache %lld experts (%.1f MiB of %.1f MiB budget, %s, %s)\n",
+                e["hits_per_token"].get<double>(), e["misses_per_token"].get<double>(),
+                100 * e["hit_rate"].get<double>(), e["bytes_read_per_token"].get<double>() / 1e6,
+                e["read_gbps"].get<double>(), 1e3 * e["read_busy_s_per_token"].get<double>(),
+                1e3 * e["stall_s_per_token"].get<double>(), e["prefetched_per_token"].get<double>(),
+                e["prefetch_used_per_token"].get<double>(), 100 * e["prediction_accuracy"].get<double>(),
+                e["capacity_experts"].get<long long>(), e["allocated_bytes"].get<double>() / 1048576.0,
+                e["budget_bytes"].get<double>() / 1048576.0, e["direct_io"].get<bool>() ? "O_DIRECT" : "buffered",
+                e["io_engine"].get<std::string>().c_str());
+  }
   if (profile) {
     if (p > 0) print_profile("prompt processing, time by op (one pass):", prof_pp);
     if (n > 0) print_profile("generation, time by op (median over the decoded tokens):", prof_tg);

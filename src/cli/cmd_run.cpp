@@ -45,6 +45,8 @@ static int cmd_run(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object {prompt_ids, ids, text, timings} instead of streaming");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   app.add_option("--f16-rule", f16_rule, "amx | round (default: from the CPU)");
+  cli::StreamFlags stream;
+  cli::add_stream_flags(app, stream);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -62,6 +64,7 @@ static int cmd_run(int argc, char** argv) {
   } catch (const Error& e) {
     if (ids_str.empty()) fail("%s: no usable tokenizer (%s); pass --ids", model_path.c_str(), e.what());
   }
+  auto store = cli::make_expert_store(*m, stream, json);
   const double load_ms = ms_since(t_load);
 
   std::vector<int32_t> prompt_ids;
@@ -78,6 +81,7 @@ static int cmd_run(int argc, char** argv) {
 
   ThreadPool pool(cli::pick_threads(threads));
   model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
+  opt.experts = store.get();
   model::State st = m->new_state(ctx);
   model::Sampler sampler(sp);
   std::unique_ptr<tok::StreamDecoder> dec;
@@ -133,11 +137,26 @@ static int cmd_run(int argc, char** argv) {
                     {"prompt_ms", prompt_ms},      {"prompt_tokens_per_s", prompt_tps},
                     {"gen_tokens", out_ids.size()}, {"gen_ms", gen_ms},
                     {"gen_tokens_per_s", gen_tps}, {"threads", pool.size()}};
+    if (store) {
+      const model::ExpertStats es = store->stats();
+      j["experts"] = {{"hits", es.hits},           {"misses", es.misses},       {"hit_rate", es.hit_rate()},
+                      {"bytes_read", es.bytes_read}, {"read_gbps", es.read_gbps()}, {"stall_s", es.stall_s},
+                      {"prediction_accuracy", es.prediction_accuracy()}};
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
     std::fprintf(stderr, "k3 run: prompt %zu tokens, %.1f tok/s; generated %zu tokens, %.1f tok/s (%s)\n",
                  prompt_ids.size(), prompt_tps, out_ids.size(), gen_tps, stop.c_str());
+    if (store) {
+      const model::ExpertStats es = store->stats();
+      std::fprintf(stderr,
+                   "k3 run: experts: hit rate %.1f%% (%llu hits, %llu misses), %.1f MB read at %.2f GB/s, stalled "
+                   "%.2f s, next-layer prediction %.1f%% right\n",
+                   100 * es.hit_rate(), static_cast<unsigned long long>(es.hits),
+                   static_cast<unsigned long long>(es.misses), es.bytes_read / 1e6, es.read_gbps(), es.stall_s,
+                   100 * es.prediction_accuracy());
+    }
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/model_cli.h"
 #include "common/error.h"
 #include "server/server.h"
 
@@ -48,6 +49,8 @@ static int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--test-canned", o.test_canned,
                "TESTS ONLY: accept the k3_canned request field, which makes the model emit given text or ids");
+  cli::StreamFlags stream;
+  cli::add_stream_flags(app, stream);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +59,10 @@ static int cmd_serve(int argc, char** argv) {
   if (o.api_key.empty())
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");
+  if (stream.enabled())
+    o.make_experts = [stream](const model::Model& m) { return cli::make_expert_store(m, stream); };
+  else if (!stream.warmup.empty() || stream.pin > 0)
+    fail("--warmup and --pin-hot need --expert-cache");
   if (max_body_mb <= 0 || max_body_mb > 1024) fail("--max-body-mb must be in (0, 1024]");
   o.http.max_body = static_cast<size_t>(max_body_mb * 1024 * 1024);
   const int queue = o.queue >= 0 ? o.queue : 8 * o.parallel;

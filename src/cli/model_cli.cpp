@@ -1,5 +1,6 @@
 #include "cli/model_cli.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -62,6 +63,62 @@ std::string builtin_model_path() {
     model::write_synthetic(path, o);
   }
   return path;
+}
+
+void add_stream_flags(CLI::App& app, StreamFlags& f) {
+  app.add_option("--expert-cache", f.cache,
+                 "stream routed experts from disk into a cache of SIZE bytes (K/M/G suffix) or 'auto' (from the "
+                 "memory available, cgroup limit included)");
+  app.add_option("--cache-policy", f.policy, "expert cache eviction: freq (frequency-aware) | lru")
+      ->capture_default_str();
+  app.add_flag("--no-prefetch", f.no_prefetch, "do not prefetch the next layer's predicted experts");
+  app.add_option("--io-threads", f.io_threads, "pread threads for expert reads (without io_uring)")
+      ->capture_default_str();
+  app.add_flag("--no-io-uring", f.no_uring, "read experts with a pread thread pool even where io_uring works");
+  app.add_option("--warmup", f.warmup, "fill the expert cache before running: 'uniform' or a routing trace FILE");
+  app.add_option("--pin-hot", f.pin, "with --warmup: fraction of the cache pinned to the hottest experts (0-1)");
+  app.add_option("--routing-trace", f.trace,
+                 "record the experts each MoE layer requests to FILE for k3 cache-sim (streams experts, with "
+                 "--expert-cache auto unless given)");
+}
+
+std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet) {
+  if (!f.enabled()) {
+    if (!f.warmup.empty() || f.pin > 0) fail("--warmup and --pin-hot need --expert-cache");
+    return nullptr;
+  }
+  if (f.pin < 0 || f.pin > 1) fail("--pin-hot: expected a fraction in [0, 1], got %g", f.pin);
+  if (f.io_threads < 1) fail("--io-threads must be >= 1");
+  model::ExpertStoreOptions o;
+  if (!f.cache.empty() && f.cache != "auto") {
+    try {
+      o.budget_bytes = model::parse_size(f.cache);
+    } catch (const Error& e) {
+      fail("--expert-cache: %s", e.what());
+    }
+  }
+  o.policy = f.policy;
+  o.prefetch = !f.no_prefetch;
+  o.io_threads = f.io_threads;
+  o.io_uring = !f.no_uring;
+  o.trace_path = f.trace;
+  o.quiet = quiet;
+  auto store = std::make_unique<model::ExpertStore>(m, o);
+  const model::ExpertStats s = store->stats();
+  if (!quiet)
+    std::fprintf(stderr,
+                 "k3: streaming experts: cache %.1f MiB = %lld experts of %.2f MiB, %s %s reads, policy %s, "
+                 "prefetch %s\n",
+                 s.budget_bytes / 1048576.0, static_cast<long long>(s.capacity), s.slot_bytes / 1048576.0,
+                 s.direct_io ? "O_DIRECT" : "buffered", s.io_engine, f.policy.c_str(), f.no_prefetch ? "off" : "on");
+  if (!f.warmup.empty()) {
+    std::vector<double> w;
+    if (f.warmup != "uniform") w = store->trace_weights(model::RoutingTrace::load(f.warmup));
+    store->warmup(w, f.pin);
+  } else if (f.pin > 0) {
+    fail("--pin-hot needs --warmup");
+  }
+  return store;
 }
 
 }  // namespace k3::cli

@@ -2,10 +2,16 @@
 // built-in synthetic model in the cache directory.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "model/expert_store.h"
 #include "model/ops.h"
+
+namespace CLI {
+class App;
+}
 
 namespace k3::cli {
 
@@ -18,5 +24,20 @@ model::F16Rule parse_f16_rule(const std::string& s);
 // Path of the built-in synthetic model ($XDG_CACHE_HOME/k3 or ~/.cache/k3), written on first use
 // with a notice on stderr.
 std::string builtin_model_path();
+
+// Streaming routed experts from disk (model/expert_store.h): flags shared by run, bench and serve.
+struct StreamFlags {
+  std::string cache;    // --expert-cache SIZE | auto ("": experts stay mapped)
+  std::string warmup;   // --warmup uniform | TRACE
+  std::string trace;    // --routing-trace FILE
+  std::string policy = "freq";
+  double pin = 0;
+  int io_threads = 8;
+  bool no_prefetch = false, no_uring = false;
+  bool enabled() const { return !cache.empty() || !trace.empty(); }
+};
+void add_stream_flags(CLI::App& app, StreamFlags& f);
+// The store the flags ask for (null when not streaming), warmed up if asked.
+std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet = false);
 
 }  // namespace k3::cli

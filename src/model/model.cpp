@@ -75,7 +75,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   const HParams& hp = hp_;
   const int64_t H = hp.n_embd;
   const float eps = hp.rms_eps;
-  Ctx ctx{*opt.pool, opt.f16_rule, opt.trace, opt.observer};
+  Ctx ctx{*opt.pool, opt.f16_rule, opt.trace, opt.observer, opt.experts};
   auto trace = [&](const char* name, int il, const float* v, int64_t rows, int64_t n) {
     if (opt.trace) opt.trace->record(name, il, v, rows, n);
   };

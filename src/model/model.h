@@ -22,12 +22,14 @@ namespace k3::model {
 
 class Trace;
 class MatmulObserver;
+class ExpertSource;
 
 struct RunOptions {
   ThreadPool* pool = nullptr;         // required
   F16Rule f16_rule = F16Rule::Round;  // see ops.h; Model::load sets the default from the CPU
   Trace* trace = nullptr;             // named intermediates (debug)
   MatmulObserver* observer = nullptr; // every matrix product's input (imatrix)
+  ExpertSource* experts = nullptr;     // routed experts streamed from disk (expert_store.h); null: mapped
 };
 
 enum class Logits : uint8_t { None, Last, All };

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "model/expert_source.h"
 #include "model/ffn.h"
 #include "model/trace.h"
 #include "tensor/kernels.h"
@@ -11,25 +12,56 @@
 
 namespace k3::model {
 
-ExpertMats expert_mats(const LayerWeights& w, uint32_t /*il*/, int64_t e) {
-  return {w.gate_exps.mat(e), w.up_exps.mat(e), w.down_exps.mat(e)};
-}
-
 namespace {
+
+// One MoE layer's routed experts: from the mapping, or requested from ctx.experts when the router
+// has chosen and released when the layer is done (also when it throws).
+class ExpertLayer {
+ public:
+  ExpertLayer(ExpertSource* src, uint32_t il, std::vector<int32_t>& used, const float* x, int64_t T)
+      : src_(src), il_(il) {
+    if (!src_) return;
+    try {
+      src_->request(il_, used, x, T);
+    } catch (...) {
+      src_->release(il_);
+      throw;
+    }
+  }
+  ~ExpertLayer() {
+    if (src_) src_->release(il_);
+  }
+  ExpertLayer(const ExpertLayer&) = delete;
+  ExpertLayer& operator=(const ExpertLayer&) = delete;
+  ExpertMats mats(const LayerWeights& w, int32_t e) const {
+    if (src_) return src_->acquire(il_, e);
+    return {w.gate_exps.mat(e), w.up_exps.mat(e), w.down_exps.mat(e)};
+  }
+  void done(int32_t e) const {
+    if (src_) src_->done(il_, e);
+  }
+
+ private:
+  ExpertSource* src_;
+  uint32_t il_;
+};
 
 // One token (decode): y[j] = down_j situ(gate_j z, up_j z) for the k selected experts, in two
 // parallel regions: the gate and up rows of all k experts (situ and the quantization of its output
 // applied per chunk of rows, on the thread that produced them), then the k down matrices. z is
 // quantized once. Same bits as the per-expert linear() path.
-void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, uint32_t il, const int32_t* sel,
-                       int64_t k, const float* z, int64_t dl, float* y) {
+void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
+                       const int32_t* sel, int64_t k, const float* z, int64_t dl, float* y) {
   const int64_t F = w.gate_exps.ne[1];
   thread_local std::vector<float> ab;                   // [k][2][F]: gate then up outputs
   thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z (per partner type), situ outputs
   thread_local std::vector<Matvec> mv;
+  thread_local std::vector<ExpertMats> mats;  // all k resident before the regions start
   ab.resize(static_cast<size_t>(k) * 2 * F);
   mv.clear();
-  const ExpertMats first = expert_mats(w, il, sel[0]);
+  mats.resize(k);
+  for (int64_t j = 0; j < k; ++j) mats[j] = src.mats(w, sel[j]);
+  const ExpertMats& first = mats[0];
   const void* zg = quantize_activation(first.gate.type, z, dl, zq_gate);
   const void* zu = kernels(first.up.type).vec_dot_type == kernels(first.gate.type).vec_dot_type
                        ? zg
@@ -38,7 +70,7 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, u
   const size_t aq_row = row_size(at, F);
   aq.resize(static_cast<size_t>(k) * aq_row);
   for (int64_t j = 0; j < k; ++j) {
-    const ExpertMats m = expert_mats(w, il, sel[j]);
+    const ExpertMats& m = mats[j];
     if (ctx.observer) {
       ctx.observer->on_matmul(m.gate, z, 1);
       ctx.observer->on_matmul(m.up, z, 1);
@@ -58,12 +90,13 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, u
   });
   mv.clear();
   for (int64_t j = 0; j < k; ++j) {
-    const ExpertMats m = expert_mats(w, il, sel[j]);
+    const ExpertMats& m = mats[j];
     const float* a = &ab[(2 * j) * F];
     if (ctx.observer) ctx.observer->on_matmul(m.down, a, 1);
     mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[j * aq_row], y + j * dl});
   }
   matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
+  for (int64_t j = 0; j < k; ++j) src.done(sel[j]);
 }
 
 // The fused path rounds the activation to the partner format like matmul; F16 stacks under the AMX
@@ -130,27 +163,31 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
   std::vector<float> y(T * k * dl);
+  std::vector<std::vector<int64_t>> rows(E);  // (t * k + slot) per expert
+  for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
+  std::vector<int32_t> used;
+  for (int32_t e = 0; e < E; ++e)
+    if (!rows[e].empty()) used.push_back(e);
+  ExpertLayer src(ctx.experts, il, used, x, T);
   if (T == 1 && fused_ok(ctx, w)) {
-    experts_one_token(ctx, situ, w, il, sel.data(), k, z, dl, y.data());
+    experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
   } else {
     const int64_t F = w.gate_exps.ne[1];
-    std::vector<std::vector<int64_t>> rows(E);  // (t * k + slot) per expert
-    for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
     std::vector<float> zin, a, b, ye;
-    for (int64_t e = 0; e < E; ++e) {
+    for (const int32_t e : used) {
       const auto& r = rows[e];
       const int64_t n = static_cast<int64_t>(r.size());
-      if (n == 0) continue;
       zin.resize(n * dl);
       a.resize(n * F);
       b.resize(n * F);
       ye.resize(n * dl);
       for (int64_t m = 0; m < n; ++m) std::copy_n(z + (r[m] / k) * dl, dl, &zin[m * dl]);
-      const ExpertMats me = expert_mats(w, il, e);
+      const ExpertMats me = src.mats(w, e);
       linear(ctx, me.gate, zin.data(), n, a.data());
       linear(ctx, me.up, zin.data(), n, b.data());
       situ.apply(a.data(), b.data(), n * F);
       linear(ctx, me.down, a.data(), n, ye.data());
+      src.done(e);
       for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl], dl, &y[r[m] * dl]);
     }
   }

@@ -11,13 +11,6 @@
 
 namespace k3::model {
 
-// The gate, up and down matrices of expert e of layer il: the one place an expert's weights are
-// looked up (a streaming expert cache plugs in here).
-struct ExpertMats {
-  WeightView gate, up, down;
-};
-ExpertMats expert_mats(const LayerWeights& w, uint32_t il, int64_t e);
-
 // x: [T][H] FFN-normed input; out: [T][H].
 void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, const float* x, int64_t T,
                  float* out);

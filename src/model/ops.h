@@ -13,6 +13,7 @@
 namespace k3::model {
 
 class Trace;
+class ExpertSource;
 
 // How F16 2-D weights are multiplied (model.md §9, quant-formats.md §10). Round: the activation
 // is rounded to F16 (llama.cpp's plain CPU path). Amx: weights with ne1 % 32 == 0 and
@@ -38,6 +39,7 @@ struct Ctx {
   F16Rule f16_rule = F16Rule::Round;
   Trace* trace = nullptr;
   MatmulObserver* observer = nullptr;
+  ExpertSource* experts = nullptr;  // null: routed experts from the mapping (expert_source.h)
 };
 
 // fn(begin, end) over [0, n) on the pool, or inline when n * cost (rough flops) is too small for

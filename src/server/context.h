@@ -22,7 +22,9 @@ class Metrics {
  public:
   void count(const std::string& route, int status);
   // Prometheus text exposition of the request counters, the engine and the process.
-  std::string render(const EngineStats& e, const HttpServer& http, double uptime_s) const;
+  // experts: the expert cache's counters when streaming (else null).
+  std::string render(const EngineStats& e, const HttpServer& http, double uptime_s,
+                     const model::ExpertStats* experts = nullptr) const;
 
  private:
   mutable std::mutex mu_;
@@ -32,6 +34,7 @@ class Metrics {
 struct ServerCtx {
   ServerOptions opt;
   std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::ExpertStore> experts;  // streaming only
   std::unique_ptr<tok::Tokenizer> tok;
   std::unique_ptr<jinja::Template> own_template;  // from --chat-template-file or the GGUF
   const jinja::Template* tmpl = nullptr;

@@ -254,7 +254,9 @@ void Engine::step() {
     for (const model::Segment& seg : batch) st_.batch_tokens += seg.n;
   }
   try {
-    m_.forward(batch, model::RunOptions{&pool_, o_.f16_rule, nullptr});
+    model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
+    opt.experts = o_.experts;
+    m_.forward(batch, opt);
   } catch (const model::SegmentError& e) {
     // Refused before any state changed: only that sequence fails, the others run next step.
     return release(*seqs[e.segment], Finish::Error, e.what());

@@ -98,6 +98,7 @@ struct EngineOptions {
   int threads = 1;         // model thread pool
   int queue = 8;           // tasks waiting for a slot before submit() refuses
   model::F16Rule f16_rule = model::F16Rule::Round;
+  model::ExpertSource* experts = nullptr;  // routed experts streamed from disk (null: mapped)
 };
 
 struct EngineStats {

@@ -94,7 +94,8 @@ static long long rss_bytes() {
   return pages_rss * sysconf(_SC_PAGESIZE);
 }
 
-std::string Metrics::render(const EngineStats& e, const HttpServer& http, double uptime_s) const {
+std::string Metrics::render(const EngineStats& e, const HttpServer& http, double uptime_s,
+                            const model::ExpertStats* x) const {
   std::ostringstream o;
   auto num = [](double v) {
     if (v == static_cast<double>(static_cast<long long>(v))) return std::to_string(static_cast<long long>(v));
@@ -143,6 +144,25 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
   metric("k3_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (malloc arenas + mmapped blocks).",
          static_cast<double>(mi.uordblks + mi.hblkhd));
   metric("k3_uptime_seconds", "gauge", "Seconds since the server started.", uptime_s);
+  if (x) {  // divide the counters by k3_generated_tokens_total + k3_prompt_tokens_total for per-token figures
+    metric("k3_expert_hits_total", "counter", "Requested routed experts found in the expert cache.", double(x->hits));
+    metric("k3_expert_misses_total", "counter", "Requested routed experts read from disk.", double(x->misses));
+    metric("k3_expert_read_bytes_total", "counter", "Bytes read into the expert cache.", double(x->bytes_read));
+    metric("k3_expert_read_seconds_total", "counter", "Time with at least one expert read in flight.", x->read_busy_s);
+    metric("k3_expert_stall_seconds_total", "counter", "Time the model waited for expert reads.", x->stall_s);
+    metric("k3_expert_prefetched_total", "counter", "Experts prefetched for the next layer.", double(x->prefetched));
+    metric("k3_expert_prefetch_used_total", "counter", "Prefetched experts that were then requested.",
+           double(x->prefetch_used));
+    metric("k3_expert_prefetch_skipped_total", "counter", "Layers not prefetched because the drive was busy.",
+           double(x->prefetch_skipped));
+    metric("k3_expert_prediction_accuracy", "gauge", "Share of requested experts the previous layer predicted.",
+           x->prediction_accuracy());
+    metric("k3_expert_read_gbps", "gauge", "Expert read throughput while reading, GB/s.", x->read_gbps());
+    metric("k3_expert_cache_capacity", "gauge", "Experts the cache holds.", double(x->capacity));
+    metric("k3_expert_cache_resident", "gauge", "Experts resident now.", double(x->resident));
+    metric("k3_expert_cache_budget_bytes", "gauge", "Expert cache budget.", double(x->budget_bytes));
+    metric("k3_expert_cache_allocated_bytes", "gauge", "Expert cache memory allocated.", double(x->allocated_bytes));
+  }
   return o.str();
 }
 
@@ -185,6 +205,8 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   eo.threads = opts.threads > 0 ? opts.threads : ThreadPool::hardware_threads();
   eo.queue = opts.queue >= 0 ? opts.queue : 8 * eo.parallel;
   eo.f16_rule = rule;
+  if (opts.make_experts) c.experts = opts.make_experts(*c.model);
+  eo.experts = c.experts.get();
   c.engine = std::make_unique<Engine>(*c.model, *c.tok, eo);
 
   c.limits.max_tokens_cap = opts.max_tokens > 0 ? opts.max_tokens : static_cast<int32_t>(eo.n_ctx);
@@ -376,7 +398,9 @@ void Server::routes() {
     reply_json(res, json{{"object", "list"}, {"data", json::array({m})}});
   });
   h.Get("/metrics", [c, &h](const httplib::Request&, httplib::Response& res) {
-    res.set_content(c->metrics.render(c->engine->stats(), h, steady_s() - c->t_start), "text/plain; version=0.0.4");
+    const model::ExpertStats xs = c->experts ? c->experts->stats() : model::ExpertStats{};
+    res.set_content(c->metrics.render(c->engine->stats(), h, steady_s() - c->t_start, c->experts ? &xs : nullptr),
+                    "text/plain; version=0.0.4");
   });
 }
 

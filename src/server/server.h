@@ -6,9 +6,11 @@
 //   ...; s.shutdown();                // graceful: finish or cancel in-flight requests, then stop
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "model/expert_store.h"
 #include "model/sampler.h"
 #include "server/http_server.h"
 
@@ -34,6 +36,8 @@ struct ServerOptions {
   double shutdown_grace_s = 10;  // on shutdown, in-flight requests get this long to finish
   model::SamplerParams sampling{0.8f, 40, 0.95f, 0.05f, 0};  // defaults for fields a request omits
   HttpLimits http;
+  // Streams routed experts from disk when set (k3 serve --expert-cache): called once with the model.
+  std::function<std::unique_ptr<model::ExpertStore>(const model::Model&)> make_experts;
 };
 
 struct ServerCtx;

@@ -127,6 +127,30 @@ TEST(Cli, RunBuiltinModel) {
   EXPECT_TRUE(std::filesystem::exists(cache + "/k3/synthetic-tiny-v1.gguf"));
 }
 
+// Streaming experts (--expert-cache): the same greedy ids at the smallest cache, a routing trace
+// that k3 cache-sim replays, warmup from that trace, counters in --json, bad sizes rejected.
+TEST(Cli, RunStreamingExpertsMatchesMapped) {
+  const std::string model = tiny_cli_model();
+  const std::string base = k3_bin() + " run -m " + model + " --ids 10,20,30 -n 12 --temp 0 --ignore-eos --json -t 1";
+  const std::string trace = temp_path("cli_trace.txt");
+  std::string out, ref;
+  ASSERT_EQ(run_cmd(base, &ref, false), 0) << ref;
+  ASSERT_EQ(run_cmd(base + " --expert-cache 1 --routing-trace " + trace, &out, false), 0) << out;
+  const json a = json::parse(ref), b = json::parse(out);
+  EXPECT_EQ(a["ids"], b["ids"]);
+  EXPECT_GT(b["experts"]["misses"].get<double>(), 0.0);
+  ASSERT_EQ(run_cmd(base + " --expert-cache 64M --warmup " + trace + " --pin-hot 0.5 --no-prefetch", &out, false), 0)
+      << out;
+  EXPECT_EQ(a["ids"], json::parse(out)["ids"]);
+  EXPECT_EQ(json::parse(out)["experts"]["misses"].get<double>(), 0.0);  // the trace's experts were warmed
+  ASSERT_EQ(run_cmd(k3_bin() + " cache-sim " + trace + " --sizes 4 16 --json", &out, false), 0) << out;
+  const json sim = json::parse(out);
+  ASSERT_EQ(sim["results"].size(), 6u);
+  for (const auto& r : sim["results"]) EXPECT_GE(r["hit_rate"].get<double>(), 0.0);
+  EXPECT_EQ(run_cmd(base + " --expert-cache 12Q", &out), 1);
+  EXPECT_NE(out.find("--expert-cache"), std::string::npos) << out;
+}
+
 TEST(Cli, Errors) {
   const std::string model = tiny_cli_model();
   std::string out;

@@ -1,11 +1,14 @@
 // The generation engine: continuous batching gives each sequence exactly what it gets alone;
-// forced (canned) tokens, limits, cancellation, overload and shutdown.
+// forced (canned) tokens, limits, cancellation, overload and shutdown; streamed experts and a
+// failed expert read.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
 #include "helpers.h"
+#include "common/error.h"
+#include "model/expert_store.h"
 #include "server/engine.h"
 
 using namespace k3;
@@ -227,4 +230,75 @@ TEST(Engine, RefusedSequenceFailsAloneOthersContinue) {
   EXPECT_EQ(run_to_end(c), solo);
   EXPECT_EQ(a->finish(), Finish::Length);
   EXPECT_EQ(e.stats().errors, 1);
+}
+
+namespace {
+
+// Serves experts from the mapping, but the next `failures` layers' reads fail like a bad drive.
+class FlakyExperts : public model::ExpertSource {
+ public:
+  explicit FlakyExperts(const model::Model& m) : m_(m) {}
+  int failures = 0;
+  void request(uint32_t, std::vector<int32_t>&, const float*, int64_t) override {}
+  model::ExpertMats acquire(uint32_t il, int32_t e) override {
+    if (failures > 0) {
+      --failures;
+      fail("reading expert %d of tensor blk.%u.ffn_gate_exps.weight (file offset 4096) failed: short read", e, il);
+    }
+    const auto& w = m_.weights().layers[il];
+    return {w.gate_exps.mat(e), w.up_exps.mat(e), w.down_exps.mat(e)};
+  }
+  void done(uint32_t, int32_t) override {}
+  void release(uint32_t) noexcept override {}
+
+ private:
+  const model::Model& m_;
+};
+
+}  // namespace
+
+// A failed expert read fails that request with the reader's message; the engine keeps serving.
+TEST(Engine, ExpertReadErrorFailsOnlyThatRequest) {
+  const auto& m = test::tiny_model();
+  FlakyExperts src(*m.model);
+  EngineOptions o = opts(1, 4);
+  o.experts = &src;
+  Engine e(*m.model, *m.tok, o);
+  auto solo = std::make_shared<Task>(request("The lighthouse keeper", 8, 7));
+  ASSERT_EQ(e.submit(solo), Engine::Admit::Ok);
+  const auto want = run_to_end(solo);
+  src.failures = 1;
+  auto bad = std::make_shared<Task>(request("The lighthouse keeper", 8, 7));
+  ASSERT_EQ(e.submit(bad), Engine::Admit::Ok);
+  run_to_end(bad);
+  EXPECT_EQ(bad->finish(), Finish::Error);
+  EXPECT_NE(bad->error().find("ffn_gate_exps"), std::string::npos) << bad->error();
+  auto again = std::make_shared<Task>(request("The lighthouse keeper", 8, 7));
+  ASSERT_EQ(e.submit(again), Engine::Admit::Ok);
+  EXPECT_EQ(run_to_end(again), want);
+  EXPECT_EQ(again->finish(), Finish::Length);
+  EXPECT_EQ(e.stats().errors, 1);
+}
+
+// The engine streaming experts through a real ExpertStore (one expert per layer) generates the
+// same tokens as with the mapping.
+TEST(Engine, StreamedExpertsMatchMapped) {
+  const auto& m = test::tiny_model();
+  const std::string copy = "/tmp/k3_server_test_experts_" + std::to_string(getpid()) + ".gguf";
+  model::write_synthetic(copy, model::synth_preset("tiny"));  // the same bytes as the tiny model
+  model::ExpertStoreOptions so;
+  so.quiet = true, so.budget_bytes = 1, so.read_paths = {copy};
+  model::ExpertStore store(*m.model, so);
+  std::vector<int32_t> mapped, streamed;
+  for (model::ExpertSource* src : {static_cast<model::ExpertSource*>(nullptr), static_cast<model::ExpertSource*>(&store)}) {
+    EngineOptions o = opts(2, 4);
+    o.experts = src;
+    Engine e(*m.model, *m.tok, o);
+    auto t = std::make_shared<Task>(request("Once upon a time in a land far away", 12, 3));
+    ASSERT_EQ(e.submit(t), Engine::Admit::Ok);
+    (src ? streamed : mapped) = run_to_end(t);
+  }
+  std::remove(copy.c_str());
+  EXPECT_EQ(mapped, streamed);
+  EXPECT_GT(store.stats().misses, 0u);
 }
