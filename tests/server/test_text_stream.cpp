@@ -88,7 +88,9 @@ TEST(Detokenizer, SplitUtf8HeldBack) {
   for (int32_t id : ids) {
     std::string piece = d.push(id);
     // Every piece handed out is whole UTF-8 characters.
-    if (!piece.empty()) EXPECT_NE(static_cast<unsigned char>(piece[0]) & 0xC0, 0x80);
+    if (!piece.empty()) {
+      EXPECT_NE(static_cast<unsigned char>(piece[0]) & 0xC0, 0x80);
+    }
     out += piece;
   }
   out += d.flush();
