@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "model/ops.h"
+#include "tensor/kernels.h"
 
 namespace k3::model {
 
@@ -276,16 +277,13 @@ void ExpertStore::predict(uint32_t il, const float* x, int64_t T, std::vector<in
   const int64_t H = hp.n_embd, k = hp.n_expert_used[il];
   const float* W = lw.gate_inp.f32();
   const float* bias = lw.exp_probs_b.f32();
+  const auto dot = kernels(GgmlType::F32).vec_dot;  // SIMD: this runs on the decode path
   std::vector<float> p(E_);
   std::vector<int32_t> idx(E_);
   std::vector<char> mark(E_, 0);
   for (int64_t t = std::max<int64_t>(0, T - 8); t < T; ++t) {  // a long batch uses nearly every expert anyway
     const float* xt = x + t * H;
-    for (int32_t e = 0; e < E_; ++e) {
-      float s = 0;
-      for (int64_t i = 0; i < H; ++i) s += W[e * H + i] * xt[i];
-      p[e] = s;
-    }
+    for (int32_t e = 0; e < E_; ++e) dot(H, &p[e], W + e * H, xt);
     if (hp.gating == Gating::Sigmoid)
       for (float& v : p) v = ops::sigmoid(v);
     else
