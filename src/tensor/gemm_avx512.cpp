@@ -4,12 +4,7 @@
 // unpacking of a weight block (or of an activation block) happen once per tile instead of once
 // per output.
 // Only file-local code here (kernels_impl.h explains why).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*; GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "tensor/avx512.h"
 
 #include <algorithm>
 #include <array>

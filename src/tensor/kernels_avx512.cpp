@@ -3,12 +3,7 @@
 // IQ4_NL, MXFP4, Q4_K), the float dots (BF16 with dpbf16ps) and the Q8_0/Q8_K/F16 activation
 // quantizers then get full 512-bit versions.
 // Only file-local code here (kernels_impl.h explains why).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*; GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "tensor/avx512.h"
 
 #include <cstring>
 

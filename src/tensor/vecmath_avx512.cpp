@@ -1,10 +1,5 @@
 // AVX-512 forms of vecmath.h (16 lanes). Only file-local code (kernels_impl.h explains why).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*; GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "tensor/avx512.h"
 
 #include "tensor/vecmath.h"
 
