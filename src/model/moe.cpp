@@ -163,13 +163,20 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
   std::vector<float> y(T * k * dl);
-  std::vector<std::vector<int64_t>> rows(E);  // (t * k + slot) per expert
-  for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
-  std::vector<int32_t> used;
-  for (int32_t e = 0; e < E; ++e)
-    if (!rows[e].empty()) used.push_back(e);
+  const bool one_token = T == 1 && fused_ok(ctx, w);
+  std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
+  std::vector<int32_t> used;               // ascending expert ids
+  if (one_token) {
+    used.assign(sel.begin(), sel.end());  // a token's k experts are distinct
+    std::sort(used.begin(), used.end());
+  } else {
+    rows.resize(E);
+    for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
+    for (int32_t e = 0; e < E; ++e)
+      if (!rows[e].empty()) used.push_back(e);
+  }
   ExpertLayer src(ctx.experts, il, used, x, T);
-  if (T == 1 && fused_ok(ctx, w)) {
+  if (one_token) {
     experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
   } else {
     const int64_t F = w.gate_exps.ne[1];

@@ -34,18 +34,6 @@ inline float hsum256(__m256 v) {
 inline float hsum512(__m512 v) {
   return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
-inline __m512i gather16(const void* p, int stride) {
-  const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(stride));
-  return _mm512_i32gather_epi32(off, p, 1);
-}
-inline __m512 f16x16(const void* p, int stride) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather16(p, stride))); }
-inline __m512 e8m0_half_x16(const block_mxfp4* x) {
-  const __m512i e = _mm512_and_si512(gather16(&x->e, sizeof(block_mxfp4)), _mm512_set1_epi32(0xFF));
-  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-  const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
-}
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline float f32_at(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
 inline float f16_at(const void* p, int64_t i) { return h2f(static_cast<const uint16_t*>(p)[i]); }

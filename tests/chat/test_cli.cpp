@@ -1,5 +1,6 @@
 // `k3 template`: renders the built-in template or a file with a JSON conversation.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +20,8 @@ std::string bin() {
 
 // Runs `cmd` with `input` on stdin; returns stdout and sets `rc`.
 std::string run(const std::string& cmd, const std::string& input, int& rc) {
-  std::string in_path = ::testing::TempDir() + "k3_cli_in.json";
+  // One file per process: ctest runs the tests of this binary as parallel processes.
+  const std::string in_path = ::testing::TempDir() + "k3_cli_in." + std::to_string(getpid()) + ".json";
   std::ofstream(in_path, std::ios::binary) << input;
   FILE* p = popen((cmd + " < " + in_path + " 2>&1").c_str(), "r");
   std::string out;

@@ -23,6 +23,12 @@ model::SynthOptions config_a(float rms_eps);  // 17 layers, AttnRes block 3, MLA
 model::SynthOptions config_b(float rms_eps);  // no q-LoRA, no latent MoE, softplus KDA gate
 model::SynthOptions config_c(float rms_eps);  // f16 matmuls + MXFP4 experts
 model::SynthOptions config_d(float rms_eps);  // q8_0 (attn_k_b/attn_v_b bf16)
+// All four by name, for tests parameterised over them.
+struct NamedConfig {
+  const char* name;
+  model::SynthOptions (*make)(float);
+};
+inline const NamedConfig kConfigs[] = {{"a", config_a}, {"b", config_b}, {"c", config_c}, {"d", config_d}};
 
 // Runs a shell command; returns its exit status and captures stdout (+ stderr if merge).
 int run_cmd(const std::string& cmd, std::string* out, bool merge_stderr = true);

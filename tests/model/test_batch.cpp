@@ -18,12 +18,6 @@ using namespace k3::test;
 
 namespace {
 
-struct Case {
-  const char* name;
-  model::SynthOptions (*make)(float);
-};
-const Case kCases[] = {{"a", config_a}, {"b", config_b}, {"c", config_c}, {"d", config_d}};
-
 // One segment of the schedule: n tokens of sequence seq, with the logits wanted.
 struct Part {
   int seq;
@@ -73,7 +67,7 @@ Outcome run_schedule(const model::Model& m, bool batched, int threads) {
   return r;
 }
 
-class Batch : public ::testing::TestWithParam<Case> {};
+class Batch : public ::testing::TestWithParam<NamedConfig> {};
 
 TEST_P(Batch, SegmentsEqualSeparateRuns) {
   const auto path = make_model(GetParam().make(1e-5f), std::string("batch_") + GetParam().name);
@@ -103,7 +97,7 @@ TEST_P(Batch, SegmentsEqualSeparateRuns) {
   EXPECT_FALSE(solo.logits[4][0] == solo.logits[4][1]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, Batch, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Configs, Batch, ::testing::ValuesIn(kConfigs),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Runs the batch and expects a SegmentError for segment `bad` whose message has `what` and names

@@ -13,13 +13,7 @@ using namespace k3::test;
 
 namespace {
 
-struct Case {
-  const char* name;
-  model::SynthOptions (*make)(float);
-};
-const Case kCases[] = {{"a", config_a}, {"b", config_b}, {"c", config_c}, {"d", config_d}};
-
-class Forward : public ::testing::TestWithParam<Case> {};
+class Forward : public ::testing::TestWithParam<NamedConfig> {};
 
 // Batch vs chunked vs incremental differ only by float summation order inside ops (none here:
 // every op is per token or sequential), so they must agree to rounding.
@@ -65,7 +59,7 @@ TEST_P(Forward, ThreadsIdentical) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, Forward, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Configs, Forward, ::testing::ValuesIn(kConfigs),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ForwardErrors, ContextLimitAndVocabulary) {
