@@ -127,19 +127,22 @@ Engine::~Engine() {
   thread_.join();
 }
 
-Engine::Admit Engine::submit(const std::shared_ptr<Task>& t) {
-  K3_ASSERT(!t->request().prompt.empty());
+Engine::Admit Engine::submit(std::span<const std::shared_ptr<Task>> group) {
+  for (const auto& t : group) K3_ASSERT(!t->request().prompt.empty());
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!accepting_) return Admit::ShuttingDown;
     // Room for `parallel` running and `queue` waiting sequences.
-    if (active_ + static_cast<int>(queue_.size()) >= o_.parallel + o_.queue) {
-      ++st_.rejected;
+    if (static_cast<size_t>(active_) + queue_.size() + group.size() > static_cast<size_t>(o_.parallel + o_.queue)) {
+      st_.rejected += static_cast<long long>(group.size());
       return Admit::Overloaded;
     }
-    t->t_submit_ = Clock::now();
-    queue_.push_back(t);
-    ++st_.requests;
+    const auto now = Clock::now();
+    for (const auto& t : group) {
+      t->t_submit_ = now;
+      queue_.push_back(t);
+    }
+    st_.requests += static_cast<long long>(group.size());
   }
   cv_.notify_all();
   return Admit::Ok;

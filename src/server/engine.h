@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,7 +120,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   enum class Admit { Ok, Overloaded, ShuttingDown };
-  Admit submit(const std::shared_ptr<Task>& t);
+  Admit submit(const std::shared_ptr<Task>& t) { return submit(std::span(&t, 1)); }
+  // All or none, queued at once: the scheduler sees the whole group in its next step.
+  Admit submit(std::span<const std::shared_ptr<Task>> group);
 
   // Shutdown, in steps: refuse new work; then wait for in-flight work (up to a deadline); then
   // cancel what is left.
