@@ -23,6 +23,8 @@ static int cmd_convert(int argc, char** argv) {
   app.add_option("--jobs,-j", o.jobs, "parts converted in parallel")->check(CLI::Range(1, 256));
   app.add_option("--outtype", outtype, "type of matrix weights: auto (keep the source's float type), bf16, f16, f32")
       ->check(CLI::IsMember({"auto", "bf16", "f16", "f32"}));
+  app.add_flag("--verify-writes", o.verify_writes,
+               "read each written part back from the disk and compare its bytes before renaming it");
   app.add_option("--scratch", o.scratch, "directory where parts are assembled before moving to --out-dir");
   app.add_option("--chat-template", o.plan.chat_template_file, "Jinja chat template to embed (overrides the checkpoint's)");
   app.add_flag("--quiet,-q", o.quiet, "no progress output, no summary");

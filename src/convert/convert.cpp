@@ -15,13 +15,14 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
 #include "convert/emit.h"
 #include "convert/manifest.h"
 #include "convert/progress.h"
-#include "convert/sha256.h"
+#include "convert/digest.h"
 #include "gguf/writer.h"
 
 namespace k3::convert {
@@ -282,17 +283,19 @@ class Converter {
   }
 
   // Checks a finished file: size, structure (the GGUF reader validates everything), metadata and
-  // tensor table equal to the plan, and every tensor's bytes hashing to `expected`. Returns the
-  // first problem found, or "" if the file is exactly right.
-  std::string check_file(const std::string& path, const Part& p, const std::map<std::string, std::string>& expected,
-                         int slot) {
+  // tensor table equal to the plan, and (unless `kind` is empty) every tensor's bytes having the
+  // digest in `expected`. Returns the first problem found, or "" if the file is exactly right.
+  std::string check_file(const std::string& path, const Part& p, std::optional<Digest> kind,
+                         const std::map<std::string, std::string>& expected, int slot) {
     std::error_code ec;
     const uint64_t size = fs::file_size(path, ec);
     if (ec) return "cannot stat: " + ec.message();
     if (size != p.file_bytes) return strprintf("size %llu, expected %llu", (unsigned long long)size, (unsigned long long)p.file_bytes);
     std::unique_ptr<gguf::File> f;
+    std::unique_ptr<SeqReader> in;
     try {
       f = gguf::File::open(path);
+      in = std::make_unique<SeqReader>(path);
     } catch (const Error& e) {
       return std::string("not a valid GGUF: ") + e.what();
     }
@@ -304,32 +307,21 @@ class Converter {
         return "metadata key '" + want[i].key + "' differs from this conversion's";
     auto ts = tensors_of(p);
     if (f->tensors().size() != ts.size()) return "tensor table differs from this conversion's";
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::string("cannot open: ") + std::strerror(errno);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    std::string problem;
-    for (size_t i = 0; i < ts.size() && problem.empty(); ++i) {
+    for (size_t i = 0; i < ts.size(); ++i) {
       const gguf::TensorInfo& ti = f->tensors()[i];
       const OutTensor& t = *ts[i];
-      if (ti.name != t.name || ti.type != t.type || std::vector<int64_t>(ti.ne, ti.ne + ti.n_dims) != t.ne) {
-        problem = "tensor table differs from this conversion's at '" + t.name + "'";
-        break;
-      }
+      if (ti.name != t.name || ti.type != t.type || std::vector<int64_t>(ti.ne, ti.ne + ti.n_dims) != t.ne)
+        return "tensor table differs from this conversion's at '" + t.name + "'";
+      if (!kind) continue;
       auto e = expected.find(t.name);
-      if (e == expected.end()) {
-        problem = "tensor '" + t.name + "' has no hash in " + std::string(kManifestName);
-        break;
-      }
-      if (cancel_ || g_interrupted) {
-        ::close(fd);
-        throw Cancelled();
-      }
-      const std::string h = sha256_file_range(fd, f->data_offset() + ti.offset, ti.nbytes, path,
+      if (e == expected.end()) return "tensor '" + t.name + "' has no hash in " + std::string(kManifestName);
+      if (cancel_ || g_interrupted) throw Cancelled();
+      const std::string h = digest_file_range(*kind, *in, f->data_offset() + ti.offset, ti.nbytes,
                                               [&](uint64_t n) { progress_.tick(slot, n); });
-      if (h != e->second) problem = "tensor '" + t.name + "': SHA-256 mismatch";
+      if (h != e->second)
+        return "tensor '" + t.name + "': " + (kind == Digest::Sha256 ? "SHA-256" : "XXH3") + " mismatch";
     }
-    ::close(fd);
-    return problem;
+    return {};
   }
 
   class PartSink : public Sink {
@@ -338,10 +330,12 @@ class Converter {
     void put(const void* data, size_t n) override {
       if (c_.cancel_ || g_interrupted) throw Cancelled();
       sha.update(data, n);
+      if (c_.opt_.verify_writes) xxh.update(data, n);
       w_.write(data, n);
       c_.progress_.add(slot_, n);
     }
-    Sha256 sha;
+    Sha256 sha;  // for the manifest
+    Xxh3 xxh;    // for the read back
 
    private:
     Converter& c_;
@@ -366,7 +360,7 @@ class Converter {
         }
       }
       const int slot = progress_.begin(label(p) + " check", p.data_bytes);
-      std::string why = check_file(final, p, expected, slot);
+      std::string why = check_file(final, p, Digest::Sha256, expected, slot);
       if (why.empty()) {
         progress_.add(slot, p.data_bytes);
         progress_.end(slot, strprintf("%s: %s complete, verified (%zu tensors); skipped", label(p).c_str(), p.file.c_str(),
@@ -384,7 +378,7 @@ class Converter {
     const std::string staged = (fs::path(scratch_) / (p.file + ".incomplete")).string();
     const std::string in_out = (fs::path(out_dir_) / (p.file + ".incomplete")).string();
     const int slot = progress_.begin(label(p), p.data_bytes);
-    std::map<std::string, std::string> hashes;
+    std::map<std::string, std::string> hashes, quick;
     std::vector<gguf::TensorSpec> specs;
     for (const OutTensor* t : tensors_of(p)) specs.push_back({t->name, t->type, t->ne});
     try {
@@ -394,6 +388,7 @@ class Converter {
         for (const OutTensor* t : tensors_of(p)) {
           emit_tensor(plan_, *t, sink);
           hashes[t->name] = sink.sha.hex();
+          if (opt_.verify_writes) quick[t->name] = sink.xxh.hex();
           crash_.hit("tensor");
         }
         w.finish();
@@ -408,8 +403,9 @@ class Converter {
         }
         check_path = in_out;
       }
-      progress_.relabel(slot, label(p) + " verify", p.data_bytes);
-      std::string why = check_file(check_path, p, hashes, slot);
+      if (opt_.verify_writes) progress_.relabel(slot, label(p) + " verify", p.data_bytes);
+      const std::string why =
+          check_file(check_path, p, opt_.verify_writes ? std::optional(Digest::Xxh3) : std::nullopt, quick, slot);
       if (!why.empty()) fail("%s: the written part failed verification: %s", check_path.c_str(), why.c_str());
       if (::rename(check_path.c_str(), final.c_str()) != 0)
         fail("%s: cannot rename to %s: %s", check_path.c_str(), final.c_str(), std::strerror(errno));

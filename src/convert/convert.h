@@ -1,7 +1,8 @@
 // `k3 convert`: a Hugging Face Kimi-K3 checkpoint to a split GGUF set, one part per source shard
-// (conversion.md §6). Parts are independent: each is written under a temporary name, re-read and
-// checked against the hashes computed while writing, and only then renamed; MANIFEST.json gains
-// its tensors after the rename. A rerun checks finished parts against the manifest (every byte
+// (conversion.md §6). Parts are independent: each is written under a temporary name (direct I/O
+// where the filesystem allows), its digests taken from the bytes as they are written, re-opened
+// and checked (size, metadata, tensor table; with verify_writes also every byte read back from
+// the disk), and only then renamed; MANIFEST.json gains its tensors after the rename. A rerun checks finished parts against the manifest (every byte
 // hashed) and redoes whatever is missing or wrong, so kill -9 at any point loses at most the
 // parts in flight.
 #pragma once
@@ -20,6 +21,7 @@ struct ConvertOptions {
   int jobs = 1;
   bool quiet = false;
   bool dry_run = false;  // plan and check only
+  bool verify_writes = false;  // read every written part back before renaming it (twice the disk traffic)
 };
 
 struct ConvertResult {

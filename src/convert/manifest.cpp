@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "convert/sha256.h"
+#include "convert/digest.h"
 
 namespace k3::convert {
 
@@ -94,25 +94,6 @@ void Manifest::save(const std::string& path) const {
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("%s: cannot rename to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno));
 }
 
-std::string sha256_file_range(int fd, uint64_t offset, uint64_t n, const std::string& path,
-                              const std::function<void(uint64_t)>& on_bytes) {
-  constexpr size_t kChunk = 4u << 20;
-  static thread_local std::vector<uint8_t> buf(kChunk);
-  Sha256 h;
-  uint64_t done = 0;
-  while (done < n) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, n - done));
-    ssize_t r = ::pread(fd, buf.data(), want, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) fail("%s: read failed at offset %" PRIu64 ": %s", path.c_str(), offset + done, std::strerror(errno));
-    if (r == 0) fail("%s: unexpected end of file at offset %" PRIu64, path.c_str(), offset + done);
-    h.update(buf.data(), static_cast<size_t>(r));
-    done += static_cast<uint64_t>(r);
-    if (on_bytes) on_bytes(static_cast<uint64_t>(r));
-  }
-  return h.hex();
-}
-
 namespace {
 struct FileResult {
   std::vector<std::string> names;
@@ -139,12 +120,13 @@ void verify_one(const Manifest& m, const std::string& path, FileResult& r, const
     } catch (const Error&) {
     }
   }
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    r.problems.push_back(strprintf("%s: cannot open: %s", path.c_str(), std::strerror(errno)));
+  std::unique_ptr<SeqReader> in;
+  try {
+    in = std::make_unique<SeqReader>(path);
+  } catch (const Error& e) {
+    r.problems.push_back(e.what());
     return;
   }
-  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   for (const auto& t : f->tensors()) {
     r.names.push_back(t.name);
     ++r.checked;
@@ -166,7 +148,7 @@ void verify_one(const Manifest& m, const std::string& path, FileResult& r, const
                                      t.name.c_str(), t.shape_string().c_str()));
       bad = true;
     }
-    std::string h = sha256_file_range(fd, f->data_offset() + t.offset, t.nbytes, path, on_bytes);
+    const std::string h = digest_file_range(Digest::Sha256, *in, f->data_offset() + t.offset, t.nbytes, on_bytes);
     r.bytes += t.nbytes;
     if (h != e.sha256) {
       r.problems.push_back(strprintf("%s: tensor '%s': SHA-256 mismatch (file %.16s..., manifest %.16s...)",
@@ -175,7 +157,6 @@ void verify_one(const Manifest& m, const std::string& path, FileResult& r, const
     }
     if (!bad) ++r.ok;
   }
-  ::close(fd);
 }
 }  // namespace
 

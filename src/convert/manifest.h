@@ -27,11 +27,6 @@ struct Manifest {
   std::string to_json() const;
 };
 
-// SHA-256 of `n` bytes at `offset` of an open file, read with pread in chunks (the resident set
-// stays small however large the tensor). `on_bytes` reports progress.
-std::string sha256_file_range(int fd, uint64_t offset, uint64_t n, const std::string& path,
-                              const std::function<void(uint64_t)>& on_bytes = {});
-
 // Checks GGUF files against a manifest. Every tensor of every file is hashed; a tensor whose
 // name, type, shape or hash disagrees is reported by name. Manifest tensors absent from the files
 // are reported when the files form complete split sets (or standalone files).

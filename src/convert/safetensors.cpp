@@ -207,6 +207,13 @@ void File::release(const uint8_t* p, uint64_t n) const {
   uint64_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   uint64_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
   if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  constexpr uint64_t kAhead = 64ull << 20;
+  const uint64_t at = b - reinterpret_cast<uintptr_t>(base_);
+  if (at + kAhead / 2 > ahead_ && ahead_ < size_) {
+    const uint64_t from = std::max(ahead_, at), to = std::min(size_, at + kAhead);
+    if (to > from) madvise(const_cast<uint8_t*>(base_) + from, to - from, MADV_WILLNEED);
+    ahead_ = to;
+  }
 }
 
 Index Index::load(const std::string& dir) {

@@ -150,26 +150,23 @@ Writer::Writer(std::string path, Metadata meta, std::vector<TensorSpec> tensors,
   }
   e.out.resize(detail::pad_to(e.out.size(), alignment_), 0);
 
-  f_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (!f_) fail("%s: cannot create: %s", tmp_path_.c_str(), std::strerror(errno));
+  f_ = std::make_unique<SeqWriter>(tmp_path_);
   try {
     put(e.out.data(), e.out.size());
     advance();
   } catch (...) {  // the destructor will not run
-    std::fclose(f_);
+    f_.reset();
     std::remove(tmp_path_.c_str());
     throw;
   }
 }
 
 Writer::~Writer() {
-  if (f_) std::fclose(f_);
+  f_.reset();
   if (!finished_) std::remove(tmp_path_.c_str());
 }
 
-void Writer::put(const void* data, size_t n) {
-  if (n && std::fwrite(data, 1, n, f_) != n) fail("%s: write failed: %s", tmp_path_.c_str(), std::strerror(errno));
-}
+void Writer::put(const void* data, size_t n) { f_->write(data, n); }
 
 void Writer::advance() {
   static const uint8_t zeros[256] = {};
@@ -218,11 +215,8 @@ void Writer::finish() {
   if (cur_ < specs_.size())
     fail("%s: tensor '%s' has %" PRIu64 " of %" PRIu64 " bytes written", path_.c_str(), specs_[cur_].name.c_str(),
          cur_written_, sizes_[cur_]);
-  if (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)
-    fail("%s: cannot flush: %s", tmp_path_.c_str(), std::strerror(errno));
-  int rc = std::fclose(f_);
-  f_ = nullptr;
-  if (rc != 0) fail("%s: cannot close: %s", tmp_path_.c_str(), std::strerror(errno));
+  f_->finish();
+  f_.reset();
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)
     fail("%s: cannot rename from %s: %s", path_.c_str(), tmp_path_.c_str(), std::strerror(errno));
   finished_ = true;

@@ -3,10 +3,11 @@
 // renamed on finish(); a writer destroyed before finish() removes its temporary file.
 #pragma once
 #include <cstdint>
-#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/seq_file.h"
 #include "gguf/gguf.h"
 
 namespace k3::gguf {
@@ -39,7 +40,7 @@ class Writer {
   void put(const void* data, size_t n);
   void advance();  // pads and steps past every complete tensor
   std::string path_, tmp_path_;
-  FILE* f_ = nullptr;
+  std::unique_ptr<SeqWriter> f_;
   std::vector<TensorSpec> specs_;
   std::vector<uint64_t> sizes_;
   uint32_t alignment_;
