@@ -1,6 +1,8 @@
 #include "common/seq_file.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,15 +26,6 @@ uint8_t* aligned_bytes(size_t n) {
   return static_cast<uint8_t*>(p);
 }
 
-// Opens with O_DIRECT when asked and the filesystem takes it, else without.
-int open_maybe_direct(const std::string& path, int flags, IoMode mode, bool& direct) {
-  int fd = -1;
-  if (mode == IoMode::Direct) fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
-  direct = fd >= 0;
-  if (fd < 0 && (mode == IoMode::Buffered || errno == EINVAL)) fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-  return fd;
-}
-
 // Some filesystems accept O_DIRECT at open and refuse the I/O itself: fall back to buffered.
 bool drop_direct(int fd, bool& direct) {
   if (!direct) return false;
@@ -40,6 +33,18 @@ bool drop_direct(int fd, bool& direct) {
   if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0) return false;
   direct = false;
   return true;
+}
+
+// Opens with O_DIRECT when asked and the filesystem takes it, else without.
+int open_maybe_direct(const std::string& path, int flags, IoMode mode, bool& direct) {
+  int fd = -1;
+  if (mode == IoMode::Direct) fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
+  direct = fd >= 0;
+  if (fd < 0 && (mode == IoMode::Buffered || errno == EINVAL)) fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  // tmpfs takes O_DIRECT on recent kernels but only gets slower with it (its pages are the cache).
+  struct statfs fs;
+  if (direct && ::fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) drop_direct(fd, direct);
+  return fd;
 }
 }  // namespace
 

@@ -211,7 +211,9 @@ void File::release(const uint8_t* p, uint64_t n) const {
   const uint64_t at = b - reinterpret_cast<uintptr_t>(base_);
   if (at + kAhead / 2 > ahead_ && ahead_ < size_) {
     const uint64_t from = std::max(ahead_, at), to = std::min(size_, at + kAhead);
-    if (to > from) madvise(const_cast<uint8_t*>(base_) + from, to - from, MADV_WILLNEED);
+    // The kernel reads at most its read-ahead window per request: ask in pieces of that order.
+    for (uint64_t a = from; a < to; a += 4ull << 20)
+      madvise(const_cast<uint8_t*>(base_) + a, std::min<uint64_t>(4ull << 20, to - a), MADV_WILLNEED);
     ahead_ = to;
   }
 }

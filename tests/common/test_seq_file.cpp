@@ -1,7 +1,7 @@
 // Direct-I/O sequential files: every byte arrives whatever the chunking, the size is exact (the
 // padded direct tail is cut), reads of arbitrary ranges return the file's bytes, and errors name
-// the file. Both modes, on the temporary directory and on /dev/shm (tmpfs, which takes O_DIRECT
-// only on recent kernels: elsewhere the direct mode falls back to buffered there).
+// the file. Both modes, on the temporary directory and on /dev/shm (tmpfs, where the direct mode
+// falls back to buffered I/O).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
