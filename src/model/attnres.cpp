@@ -13,11 +13,12 @@ void attnres_mix(const Bank& bank, const float* c, const float* w, float eps, fl
     std::memcpy(out, c, sizeof(float) * T * H);
     return;
   }
-  const size_t n_src = bank.entries.size() + 1;
+  const size_t n_src = bank.n + 1;
   const QuantKernels& f32 = kernels(GgmlType::F32);
-  std::vector<float> normed(H), z(n_src);
+  thread_local std::vector<float> normed, z;  // kept across calls
+  normed.assign(H, 0.0f), z.assign(n_src, 0.0f);
   for (int64_t t = 0; t < T; ++t) {
-    auto src = [&](size_t j) { return j < bank.entries.size() ? bank.entries[j].data() + t * H : c + t * H; };
+    auto src = [&](size_t j) { return j < bank.n ? bank.entries[j].data() + t * H : c + t * H; };
     for (size_t j = 0; j < n_src; ++j) {  // scores from the normalized sources
       ops::rmsnorm(src(j), normed.data(), H, eps);
       f32.vec_dot(H, &z[j], normed.data(), w);

@@ -1,17 +1,26 @@
 // Cross-layer Attention Residuals (model.md §6.2): the per-token bank of banked streams and the
 // softmax mix over [bank..., current]. The bank lives for one forward pass only.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 namespace k3::model {
 
-// Bank entries for the T tokens of a batch, in push order; each entry is [T][H].
+// Bank entries for the T tokens of a batch, in push order; each entry is [T][H]. The first n
+// entries are in use; reset() keeps the memory of all of them for the next pass.
 struct Bank {
   int64_t T = 0, H = 0;
+  size_t n = 0;
   std::vector<std::vector<float>> entries;
-  void push(const float* h) { entries.emplace_back(h, h + T * H); }
-  bool empty() const { return entries.empty(); }
+  void reset(int64_t t, int64_t h) { T = t, H = h, n = 0; }
+  float* add() {  // a new entry, contents unspecified
+    if (n == entries.size()) entries.emplace_back();
+    entries[n].resize(T * H);
+    return entries[n++].data();
+  }
+  void push(const float* h) { std::copy_n(h, T * H, add()); }
+  bool empty() const { return n == 0; }
 };
 
 // out[T][H] = Mix(bank, c, w): passthrough (copy) if the bank is empty; else scores

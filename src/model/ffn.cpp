@@ -7,7 +7,8 @@ namespace k3::model {
 void situ_mlp(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor& up, const Tensor& down,
               const float* x, int64_t T, float* out) {
   const int64_t F = gate.ne[1];
-  std::vector<float> a(T * F), b(T * F);
+  thread_local std::vector<float> a, b;  // kept across calls: steady decoding allocates nothing
+  a.assign(T * F, 0.0f), b.assign(T * F, 0.0f);
   linear(ctx, gate, x, T, a.data());
   linear(ctx, up, x, T, b.data());
   situ.apply(a.data(), b.data(), T * F);

@@ -14,7 +14,8 @@ namespace {
 // [D][K] taps (tap K-1 on the current input); state: [D][K-1] previous inputs, oldest first.
 void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, float* y) {
   const int64_t S = K - 1;
-  std::vector<float> ext(S + T);  // one channel's window sequence: state, then the batch
+  thread_local std::vector<float> ext;  // one channel's window sequence: state, then the batch
+  ext.assign(S + T, 0.0f);
   for (int64_t c = 0; c < D; ++c) {
     float* sc = state + c * S;
     for (int64_t j = 0; j < S; ++j) ext[j] = sc[j];
@@ -52,7 +53,15 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   };
 
   // 1-2. every projection of x (one parallel region for a single token), conv + silu per stream
-  std::vector<float> proj(3 * T * D), q(T * D), k(T * D), v(T * D), fa(T * d), beta(T * nh), gate(T * D);
+  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
+  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  thread_local struct {
+    std::vector<float> proj, q, k, v, fa, beta, gate, g, o;
+  } tls;
+  std::vector<float>&proj = tls.proj, &q = tls.q, &k = tls.k, &v = tls.v, &fa = tls.fa, &beta = tls.beta,
+                     &gate = tls.gate, &g = tls.g, &o = tls.o;
+  proj.assign(3 * T * D, 0.0f), q.assign(T * D, 0.0f), k.assign(T * D, 0.0f), v.assign(T * D, 0.0f);
+  fa.assign(T * d, 0.0f), beta.assign(T * nh, 0.0f), gate.assign(T * D, 0.0f);
   const LinearJob jobs[] = {{w.wq.mat(), x, &proj[0]},         {w.wk.mat(), x, &proj[T * D]},
                             {w.wv.mat(), x, &proj[2 * T * D]}, {w.f_a.mat(), x, fa.data()},
                             {w.beta.mat(), x, beta.data()},    {w.ssm_g.mat(), x, gate.data()}};
@@ -68,7 +77,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
 
   // 3. decay gate g [T][D]
-  std::vector<float> g(T * D);
+  g.assign(T * D, 0.0f);
   linear(ctx, w.f_b, fa.data(), T, g.data());
   const float* dt_bias = w.dt_bias.f32();
   const float* A = w.ssm_a.f32();
@@ -98,11 +107,12 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     }
 
   // 6. recurrence, per (segment, head), tokens in order. S row j (value channel) holds S[i][j] over i.
-  std::vector<float> o(T * D);
+  o.assign(T * D, 0.0f);
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   const VecMath& vm = vecmath();
   par_for(ctx, n_seg * nh, (T + n_seg - 1) / n_seg * d * d * 4, [&](int64_t i0, int64_t i1) {
-    std::vector<float> eg(d);
+    thread_local std::vector<float> eg;
+    eg.assign(d, 0.0f);
     for (int64_t sh = i0; sh < i1; ++sh) {
       const SegRows& sg = segs[sh / nh];
       const int64_t h = sh % nh;

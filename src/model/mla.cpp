@@ -9,6 +9,10 @@
 
 namespace k3::model {
 
+namespace {
+thread_local std::vector<float> t_scores;  // per pool thread: one attention work item's scores
+}  // namespace
+
 void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
                  const float* x, float* out) {
   const int64_t T = batch_rows(segs);
@@ -20,9 +24,26 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   };
 
   // 1. query [T][nh*d_qk]: per head d_nope values then d_pe values
-  std::vector<float> q(T * nh * d_qk);
+  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
+  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  struct Block {
+    const SegRows* sg;
+    int64_t t0, t1;  // batch rows, all of one segment
+  };
+  thread_local struct {
+    std::vector<float> q, qa, kv, Q, qn, qt, lat, o, oh, gate;
+    std::vector<const SegRows*> seg_of;
+    std::vector<LinearJob> jobs;
+    std::vector<Block> blocks;
+  } tls;
+  std::vector<float>&q = tls.q, &qa = tls.qa, &kv = tls.kv, &Q = tls.Q, &qn = tls.qn, &qt = tls.qt, &lat = tls.lat,
+                     &o = tls.o, &oh = tls.oh, &gate = tls.gate;
+  std::vector<const SegRows*>& seg_of = tls.seg_of;
+  std::vector<LinearJob>& jobs = tls.jobs;
+  std::vector<Block>& blocks = tls.blocks;
+  q.assign(T * nh * d_qk, 0.0f);
   if (hp.q_lora()) {
-    std::vector<float> qa(T * hp.q_lora_rank);
+    qa.assign(T * hp.q_lora_rank, 0.0f);
     linear(ctx, w.q_a, x, T, qa.data());
     ops::rmsnorm_rows(qa.data(), w.q_a_norm.f32(), qa.data(), T, hp.q_lora_rank, eps);
     linear(ctx, w.q_b, qa.data(), T, q.data());
@@ -32,25 +53,26 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   trace("mla_q", q.data(), nh * d_qk);
 
   // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all of a segment's tokens
-  std::vector<float> kv(T * row);
+  kv.assign(T * row, 0.0f);
   linear(ctx, w.kv_a, x, T, kv.data());
   for (int64_t t = 0; t < T; ++t) ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), &kv[t * row], r_kv, eps);
   trace("mla_kv_row", kv.data(), row);
-  std::vector<const SegRows*> seg_of(T);  // the segment of each row
-  int64_t max_kv = 0;                     // longest cache after the append
+  seg_of.assign(T, nullptr);  // the segment of each row
+  int64_t max_kv = 0, max_ctx = 0;        // longest cache after the append, longest context
   for (const SegRows& sg : segs) {
     std::vector<float>& cache = sg.state->layers[il].kv;
     cache.resize(static_cast<size_t>(sg.n_past + sg.n) * row);
     std::copy_n(&kv[sg.row0 * row], sg.n * row, cache.data() + sg.n_past * row);
     std::fill_n(seg_of.begin() + sg.row0, sg.n, &sg);
     max_kv = std::max(max_kv, sg.n_past + sg.n);
+    max_ctx = std::max(max_ctx, sg.state->n_ctx());
   }
 
   // 4. absorb k_b: Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)], per head a [T] x [d_nope -> r_kv] product
-  std::vector<float> Q(nh * T * row);  // [nh][T][row]
+  Q.assign(nh * T * row, 0.0f);  // [nh][T][row]
   {
-    std::vector<float> qn(nh * T * d_nope), qt(nh * T * r_kv);  // [nh][T][d_nope], [nh][T][r_kv]
-    std::vector<LinearJob> jobs(nh);
+    qn.assign(nh * T * d_nope, 0.0f), qt.assign(nh * T * r_kv, 0.0f);  // [nh][T][d_nope], [nh][T][r_kv]
+    jobs.assign(nh, LinearJob{});
     for (int64_t h = 0; h < nh; ++h) {
       for (int64_t t = 0; t < T; ++t)
         for (int64_t i = 0; i < d_nope; ++i) qn[(h * T + t) * d_nope + i] = q[t * nh * d_qk + h * d_qk + i];
@@ -70,20 +92,22 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // tiled product with the cache rows (the same bits as one dot per pair; rows past a token's
   // causal limit are computed and ignored), and the read-out reads each cache row once for all of
   // them. Every output keeps its own order of operations, so the result does not depend on T.
-  std::vector<float> lat(nh * T * r_kv);
+  lat.assign(nh * T * r_kv, 0.0f);
   const float kappa = 1.0f / sqrtf(static_cast<float>(d_qk));
   constexpr int64_t kAttnTokens = 8;
-  struct Block {
-    const SegRows* sg;
-    int64_t t0, t1;  // batch rows, all of one segment
-  };
-  std::vector<Block> blocks;
+  blocks.clear();
   for (const SegRows& sg : segs)
     for (int64_t t0 = sg.row0; t0 < sg.row0 + sg.n; t0 += kAttnTokens)
       blocks.push_back({&sg, t0, std::min(sg.row0 + sg.n, t0 + kAttnTokens)});
   const int64_t n_blk = static_cast<int64_t>(blocks.size());
+  // Every pool thread's score buffer gets room for the longest context at once (in one region), so
+  // items do not allocate as the context grows or when a thread first gets one.
+  const size_t n_scores = static_cast<size_t>(kAttnTokens * max_ctx);
+  if (t_scores.capacity() < n_scores) ctx.pool.run([&](int, int) { t_scores.reserve(n_scores); });
   par_for(ctx, nh * n_blk, max_kv * row * 2 * kAttnTokens, [&](int64_t b, int64_t e) {
-    std::vector<float> p(kAttnTokens * max_kv);
+    std::vector<float>& p = t_scores;
+    if (p.capacity() < n_scores) p.reserve(n_scores);  // a thread the region above did not reach
+    p.assign(kAttnTokens * max_kv, 0.0f);
     for (int64_t item = b; item < e; ++item) {
       const int64_t h = item / n_blk;
       const auto [sg, t0, t1] = blocks[item % n_blk];
@@ -112,10 +136,10 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   });
 
   // 6b. value up-projection per head, heads concatenated: o [T][nh*d_v]
-  std::vector<float> o(T * nh * d_v);
+  o.assign(T * nh * d_v, 0.0f);
   {
-    std::vector<float> oh(nh * T * d_v);  // [nh][T][d_v]
-    std::vector<LinearJob> jobs(nh);
+    oh.assign(nh * T * d_v, 0.0f);  // [nh][T][d_v]
+    jobs.assign(nh, LinearJob{});
     for (int64_t h = 0; h < nh; ++h) jobs[h] = {w.v_b.mat(h), &lat[h * T * r_kv], &oh[h * T * d_v]};
     linear_batch(ctx, jobs.data(), jobs.size(), T);
     for (int64_t h = 0; h < nh; ++h)
@@ -126,7 +150,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. output gate from the normed layer input
   if (w.attn_gate) {
-    std::vector<float> gate(T * nh * d_v);
+    gate.assign(T * nh * d_v, 0.0f);
     linear(ctx, w.attn_gate, x, T, gate.data());
     ops::sigmoid_n(gate.data(), static_cast<int64_t>(gate.size()));
     for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * gate[i];

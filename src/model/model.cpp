@@ -49,7 +49,16 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   if (batch.empty()) fail("forward: empty batch");
   // Everything is checked before any state changes.
   const size_t n_seg = batch.size();
-  std::vector<SegRows> segs(n_seg);
+  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
+  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  thread_local struct {
+    std::vector<SegRows> segs;
+    std::vector<float> h, mix, xn, a, p, all;
+    std::vector<int64_t> rows;
+    Bank bank, tail;
+  } tls;
+  std::vector<SegRows>& segs = tls.segs;
+  segs.assign(n_seg, SegRows{});
   int64_t T = 0;
   for (size_t i = 0; i < n_seg; ++i) {
     const Segment& sg = batch[i];
@@ -81,11 +90,13 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   };
 
   // h: running stream, u/v: mixes, xn: normed block input, a: block output, p: post-attention stream
-  std::vector<float> h(T * H), mix(T * H), xn(T * H), a(T * H), p(T * H);
+  std::vector<float>&h = tls.h, &mix = tls.mix, &xn = tls.xn, &a = tls.a, &p = tls.p;
+  h.assign(T * H, 0.0f), mix.assign(T * H, 0.0f), xn.assign(T * H, 0.0f), a.assign(T * H, 0.0f), p.assign(T * H, 0.0f);
   for (size_t i = 0; i < n_seg; ++i) embed(w_.token_embd, batch[i].ids, segs[i].n, h.data() + segs[i].row0 * H);
   trace("inp_embd", -1, h.data(), T, H);
 
-  Bank bank{T, H, {}};
+  Bank& bank = tls.bank;
+  bank.reset(T, H);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& lw = w_.layers[il];
     const int li = static_cast<int>(il);
@@ -128,7 +139,8 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   for (const SegRows& sg : segs) sg.state->n_past_ = sg.n_past + sg.n;
 
   // head: final mix, norm and LM head over the rows whose logits are wanted, gathered in batch order
-  std::vector<int64_t> rows;
+  std::vector<int64_t>& rows = tls.rows;
+  rows.clear();
   const Segment* only = nullptr;  // the one segment that wants logits, if only one does
   size_t n_want = 0;
   for (size_t i = 0; i < n_seg; ++i) {
@@ -143,18 +155,16 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   auto gather = [&](const float* src, float* dst) {
     for (int64_t r = 0; r < R; ++r) std::copy_n(src + rows[r] * H, H, dst + r * H);
   };
-  Bank tail{R, H, {}};
-  for (const auto& e : bank.entries) {
-    tail.entries.emplace_back(R * H);
-    gather(e.data(), tail.entries.back().data());
-  }
+  Bank& tail = tls.tail;
+  tail.reset(R, H);
+  for (size_t j = 0; j < bank.n; ++j) gather(bank.entries[j].data(), tail.add());
   gather(h.data(), p.data());
   if (hp.attn_res()) attnres_mix(tail, p.data(), w_.output_res_score.f32(), eps, mix.data());
   else std::copy_n(p.begin(), R * H, mix.begin());
   ops::rmsnorm_rows(mix.data(), w_.output_norm.f32(), xn.data(), R, H, eps);
   trace("result_norm", -1, xn.data(), R, H);
   const int64_t V = hp.n_vocab;
-  std::vector<float> all;
+  std::vector<float>& all = tls.all;
   std::vector<float>* out = n_want == 1 ? only->logits : &all;
   out->resize(static_cast<size_t>(R) * V);
   linear(ctx, w_.output, xn.data(), R, out->data());

@@ -118,17 +118,28 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   };
 
   // 1-5. router, selection, weights  (sel/wt: [T][k] in selection order)
-  std::vector<float> probs(T * E);
+  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
+  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  thread_local struct {
+    std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, sh;
+    std::vector<int32_t> sel, idx, used;
+    std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
+  } tls;
+  std::vector<float>&probs = tls.probs, &wt = tls.wt, &s = tls.s, &zbuf = tls.zbuf, &y = tls.y, &zin = tls.zin,
+                     &a = tls.a, &b = tls.b, &ye = tls.ye, &m = tls.m, &sh = tls.sh;
+  std::vector<int32_t>&sel = tls.sel, &idx = tls.idx, &used = tls.used;
+  std::vector<std::vector<int64_t>>& rows = tls.rows;
+  probs.assign(T * E, 0.0f);
   linear(ctx, w.gate_inp, x, T, probs.data());
   if (hp.gating == Gating::Sigmoid)
     ops::sigmoid_n(probs.data(), T * E);
   else
     for (int64_t t = 0; t < T; ++t) ops::softmax(&probs[t * E], E);
-  std::vector<int32_t> sel(T * k);
-  std::vector<float> wt(T * k);
+  sel.assign(T * k, 0);
+  wt.assign(T * k, 0.0f);
   {
-    std::vector<float> s(E);
-    std::vector<int32_t> idx(E);
+    s.assign(E, 0.0f);
+    idx.assign(E, 0);
     const float* bias = w.exp_probs_b.f32();
     for (int64_t t = 0; t < T; ++t) {
       const float* p = &probs[t * E];
@@ -153,24 +164,23 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   trace("ffn_moe_weights", wt.data(), k);
 
   // 6. down to the latent (or the input itself)
-  std::vector<float> zbuf;
   const float* z = x;
   if (hp.latent()) {
-    zbuf.resize(T * dl);
+    zbuf.assign(T * dl, 0.0f);
     linear(ctx, w.routed_down, x, T, zbuf.data());
     z = zbuf.data();
   }
 
   // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
-  std::vector<float> y(T * k * dl);
+  y.assign(T * k * dl, 0.0f);
   const bool one_token = T == 1 && fused_ok(ctx, w);
-  std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
-  std::vector<int32_t> used;               // ascending expert ids
+  used.clear();  // ascending expert ids
   if (one_token) {
     used.assign(sel.begin(), sel.end());  // a token's k experts are distinct
     std::sort(used.begin(), used.end());
   } else {
     rows.resize(E);
+    for (auto& r : rows) r.clear();
     for (int64_t i = 0; i < T * k; ++i) rows[sel[i]].push_back(i);
     for (int32_t e = 0; e < E; ++e)
       if (!rows[e].empty()) used.push_back(e);
@@ -180,7 +190,6 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
   } else {
     const int64_t F = w.gate_exps.ne[1];
-    std::vector<float> zin, a, b, ye;
     for (const int32_t e : used) {
       const auto& r = rows[e];
       const int64_t n = static_cast<int64_t>(r.size());
@@ -200,7 +209,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
 
   // 8. weighted combine, left to right in selection order
-  std::vector<float> m(T * dl);
+  m.assign(T * dl, 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     float* mt = &m[t * dl];
     for (int64_t j = 0; j < k; ++j) {
@@ -224,7 +233,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 11-12. shared experts on the un-projected input
   if (w.gate_shexp) {
-    std::vector<float> sh(T * H);
+    sh.assign(T * H, 0.0f);
     situ_mlp(ctx, situ, w.gate_shexp, w.up_shexp, w.down_shexp, x, T, sh.data());
     trace("ffn_shexp", sh.data(), H);
     for (int64_t i = 0; i < T * H; ++i) out[i] = out[i] + sh[i];

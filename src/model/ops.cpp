@@ -29,7 +29,7 @@ F16Rule default_f16_rule() {
   return F16Rule::Round;
 }
 
-void par_for(Ctx& ctx, int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
+void par_for(Ctx& ctx, int64_t n, int64_t cost, FnRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   if (ctx.pool.size() == 1 || n == 1 || n * cost < (1 << 16)) {
     fn(0, n);
@@ -42,7 +42,8 @@ void par_for(Ctx& ctx, int64_t n, int64_t cost, const std::function<void(int64_t
 static void linear_f16_as_f32(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
   const QuantKernels& f32k = kernels(GgmlType::F32);
   par_for(ctx, w.ne1, w.ne0 * T, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(w.ne0);
+    thread_local std::vector<float> row;
+    row.resize(w.ne0);
     for (int64_t o = r0; o < r1; ++o) {
       const auto* src = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + o * w.nb1);
       for (int64_t i = 0; i < w.ne0; ++i) row[i] = fp16_to_fp32(src[i]);

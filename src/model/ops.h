@@ -44,7 +44,7 @@ struct Ctx {
 
 // fn(begin, end) over [0, n) on the pool, or inline when n * cost (rough flops) is too small for
 // the fork/join to pay off. Results never depend on the split.
-void par_for(Ctx& ctx, int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn);
+void par_for(Ctx& ctx, int64_t n, int64_t cost, FnRef<void(int64_t, int64_t)> fn);
 
 // y[T][ne1] = W x for T tokens (x is [T][ne0]).
 void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y);

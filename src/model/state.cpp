@@ -21,6 +21,10 @@ void State::reset() {
       const size_t D = hp.d_inner(il), d = hp.kda_head_dim;
       s.conv.assign(3 * D * (hp.ssm_d_conv - 1), 0.0f);
       s.rec.assign(static_cast<size_t>(hp.n_head[il]) * d * d, 0.0f);
+    } else {
+      // Address space for the whole context now, so the cache never moves while it grows (pages
+      // are only touched, and resident, as rows are appended).
+      s.kv.reserve(static_cast<size_t>(n_ctx_) * hp.mla_row());
     }
   }
   n_past_ = 0;

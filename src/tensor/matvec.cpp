@@ -54,8 +54,10 @@ const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::
   return buf.data();
 }
 
-void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align,
-                  const std::function<void(size_t, int64_t, int64_t)>& then) {
+namespace {
+using Then = FnRef<void(size_t, int64_t, int64_t)>;
+
+void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align, const Then* then) {
   K3_ASSERT(group >= 1 && group <= 8 && n % group == 0 && row_align >= 1);
   for (size_t i = 0; i < n; ++i) {
     const QuantKernels& kw = kernels(mv[i].w.type);
@@ -65,10 +67,11 @@ void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, in
   const size_t n_groups = n / group;
   if (n_groups > kMaxGroups) {
     const size_t step = kMaxGroups * group;
-    for (size_t g0 = 0; g0 < n; g0 += step)
-      matvec_batch(mv + g0, std::min(step, n - g0), group, pool, row_align,
-                   then ? [&, base = g0 / group](size_t g, int64_t r0, int64_t r1) { then(base + g, r0, r1); }
-                        : std::function<void(size_t, int64_t, int64_t)>());
+    for (size_t g0 = 0; g0 < n; g0 += step) {
+      auto shifted = [&, base = g0 / group](size_t g, int64_t r0, int64_t r1) { (*then)(base + g, r0, r1); };
+      const Then part(shifted);
+      run_batch(mv + g0, std::min(step, n - g0), group, pool, row_align, then ? &part : nullptr);
+    }
     return;
   }
   // Chunk table: group g has chunks [first[g], first[g + 1]) of grain[g] rows each.
@@ -89,7 +92,7 @@ void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, in
     const size_t g = static_cast<size_t>(std::upper_bound(first, first + n_groups + 1, c) - first - 1);
     const int64_t r0 = (c - first[g]) * grain[g], r1 = std::min(mv[g * group].w.ne1, r0 + grain[g]);
     rows(mv + g * group, group, r0, r1);
-    if (then) then(g, r0, r1);
+    if (then) (*then)(g, r0, r1);
   };
   if (bytes < kChunkBytes) {
     for (int64_t c = 0; c < first[n_groups]; ++c) chunk(c);
@@ -98,6 +101,15 @@ void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, in
   pool.chunks(first[n_groups], 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) chunk(c);
   });
+}
+}  // namespace
+
+void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align, Then then) {
+  run_batch(mv, n, group, pool, row_align, &then);
+}
+
+void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool) {
+  run_batch(mv, n, group, pool, 1, nullptr);
 }
 
 }  // namespace k3

@@ -3,7 +3,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "tensor/matmul.h"
@@ -28,7 +27,8 @@ const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::
 // row by row across the group. After a chunk, then(g, r0, r1) runs on the same thread (may be empty),
 // so the group's outputs for those rows can be combined there. Products under 64 KB in all run on
 // the calling thread.
-void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align = 1,
-                  const std::function<void(size_t g, int64_t r0, int64_t r1)>& then = {});
+void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align,
+                  FnRef<void(size_t g, int64_t r0, int64_t r1)> then);
+void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool);
 
 }  // namespace k3

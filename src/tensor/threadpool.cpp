@@ -128,7 +128,7 @@ void ThreadPool::publish(uint64_t g) {
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::run(FnRef<void(int, int)> fn) {
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
@@ -145,7 +145,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   rethrow();
 }
 
-void ThreadPool::chunks(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::chunks(int64_t n, int64_t grain, FnRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   if (n_threads_ == 1 || grain >= n) {
@@ -171,7 +171,7 @@ void ThreadPool::chunks(int64_t n, int64_t grain, const std::function<void(int64
   rethrow();
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, FnRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   const int64_t parts = 4 * static_cast<int64_t>(n_threads_);
   chunks(n, (n + parts - 1) / parts, fn);

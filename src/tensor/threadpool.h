@@ -9,10 +9,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "tensor/fn_ref.h"
 
 namespace k3 {
 
@@ -29,13 +30,13 @@ class ThreadPool {
   int size() const { return n_threads_; }
   // Runs fn(ith, nth) once on each of the nth = size() threads and returns when all are done.
   // An exception thrown by fn on any thread is rethrown here (the first one). Not reentrant.
-  void run(const std::function<void(int ith, int nth)>& fn);
+  void run(FnRef<void(int ith, int nth)> fn);
   // fn(begin, end) over [0, n) in chunks of `grain` (the last one shorter), each chunk claimed by
   // whichever thread is free, in increasing order; the caller only waits for chunks already claimed.
   // Exceptions as for run(). Not reentrant.
-  void chunks(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
+  void chunks(int64_t n, int64_t grain, FnRef<void(int64_t begin, int64_t end)> fn);
   // chunks() over [0, n) with about four chunks per thread; empty ranges are skipped.
-  void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+  void parallel_for(int64_t n, FnRef<void(int64_t begin, int64_t end)> fn);
 
  private:
   void worker(int ith);
@@ -47,8 +48,8 @@ class ThreadPool {
   void rethrow();
   int n_threads_;
   std::vector<std::thread> threads_;
-  const std::function<void(int, int)>* job_ = nullptr;                 // run()
-  const std::function<void(int64_t, int64_t)>* chunk_fn_ = nullptr;    // chunks()
+  const FnRef<void(int, int)>* job_ = nullptr;                 // run()
+  const FnRef<void(int64_t, int64_t)>* chunk_fn_ = nullptr;    // chunks()
   int64_t chunk_n_ = 0, chunk_grain_ = 1;
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown)
