@@ -101,6 +101,7 @@ struct Engine::Slot {
   std::vector<float> logits;
   size_t pos = 0;      // prompt tokens processed
   int32_t last = -1;   // token to run next (decode)
+  std::vector<int32_t> fed;  // every token in `state`, to rebuild it after a failed batch
 };
 
 Engine::Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOptions& o)
@@ -110,6 +111,7 @@ Engine::Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOpt
   for (int i = 0; i < o_.parallel; ++i) {
     auto s = std::make_unique<Slot>();
     s->state = std::make_unique<model::State>(m_.new_state(o_.n_ctx));
+    s->fed.reserve(static_cast<size_t>(o_.n_ctx));
     slots_.push_back(std::move(s));
   }
   st_.slots = o_.parallel;
@@ -256,23 +258,45 @@ void Engine::step() {
     st_.batch_sequences += static_cast<long long>(batch.size());
     for (const model::Segment& seg : batch) st_.batch_tokens += seg.n;
   }
+  model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
+  opt.experts = o_.experts;
   try {
-    model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
-    opt.experts = o_.experts;
     m_.forward(batch, opt);
   } catch (const model::SegmentError& e) {
     // Refused before any state changed: only that sequence fails, the others run next step.
     return release(*seqs[e.segment], Finish::Error, e.what());
   } catch (const std::exception& e) {
-    for (Slot* s : seqs) release(*s, Finish::Error, e.what());
-    return;
+    if (seqs.size() == 1) return release(*seqs[0], Finish::Error, e.what());
+    return retry_alone(seqs, batch, opt);
   }
   for (size_t i = 0; i < seqs.size(); ++i) advance(*seqs[i], batch[i]);
+}
+
+// A failure inside a batched pass (an expert that cannot be read) leaves every state of the batch
+// part-updated. Each sequence is rebuilt alone from the tokens it had been fed and its segment run
+// again alone, so only the sequences whose own tokens meet the failure end with it; the others
+// continue with exactly the tokens they would have had.
+void Engine::retry_alone(const std::vector<Slot*>& seqs, const std::vector<model::Segment>& batch,
+                         const model::RunOptions& opt) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Slot& s = *seqs[i];
+    try {
+      s.state->reset();
+      if (!s.fed.empty())
+        m_.forward(*s.state, s.fed.data(), static_cast<int64_t>(s.fed.size()), opt, model::Logits::None, nullptr);
+      m_.forward(std::span<const model::Segment>(&batch[i], 1), opt);
+    } catch (const std::exception& e) {
+      release(s, Finish::Error, e.what());
+      continue;
+    }
+    advance(s, batch[i]);
+  }
 }
 
 void Engine::advance(Slot& s, const model::Segment& seg) {
   Task& t = *s.task;
   const GenRequest& r = t.request();
+  s.fed.insert(s.fed.end(), seg.ids, seg.ids + seg.n);
   try {
     if (s.pos < r.prompt.size()) {
       s.pos += static_cast<size_t>(seg.n);
@@ -298,6 +322,7 @@ void Engine::release(Slot& s, Finish f, const std::string& error) {
   s.task.reset();
   s.src.reset();
   s.state->reset();
+  s.fed.clear();
   const TaskTimes tt = [&] {
     std::lock_guard<std::mutex> tl(t->mu_);
     return t->times_;

@@ -6,7 +6,8 @@
 // sequences; then each sequence samples its next token from its own logits (continuous batching:
 // a request that arrives while others generate joins the batch at the next iteration; a finished
 // or cancelled one frees its slot at once). A sequence's tokens do not depend on what else is in
-// the batch.
+// the batch, nor on a failure inside a batched pass that was not its own (the batch's states are
+// rebuilt from their tokens and retried one by one).
 //
 //   auto t = std::make_shared<Task>(GenRequest{prompt_ids, sampling, max_tokens});
 //   if (engine.submit(t) != Engine::Admit::Ok) -> 503
@@ -138,6 +139,8 @@ class Engine {
   void loop();
   void step();
   void advance(Slot& s, const model::Segment& seg);
+  void retry_alone(const std::vector<Slot*>& seqs, const std::vector<model::Segment>& batch,
+                   const model::RunOptions& opt);
   void release(Slot& s, Finish f, const std::string& error = {});
 
   const model::Model& m_;

@@ -237,15 +237,21 @@ TEST(Engine, RefusedSequenceFailsAloneOthersContinue) {
 
 namespace {
 
-// Serves experts from the mapping, but the next `failures` layers' reads fail like a bad drive.
+// Serves experts from the mapping, but after `after` more reads the next `failures` reads fail like
+// a bad drive, and expert `bad_expert` of layer `bad_layer` (if set) never reads.
 class FlakyExperts : public model::ExpertSource {
  public:
   explicit FlakyExperts(const model::Model& m) : m_(m) {}
-  int failures = 0;
+  int failures = 0, after = 0;
+  long reads = 0;
+  uint32_t bad_layer = 0;
+  int32_t bad_expert = -1;
   void request(uint32_t, std::vector<int32_t>&, const float*, int64_t) override {}
   model::ExpertMats acquire(uint32_t il, int32_t e) override {
-    if (failures > 0) {
-      --failures;
+    ++reads;
+    const bool blip = failures > 0 && after-- <= 0;
+    if (blip || (il == bad_layer && e == bad_expert)) {
+      failures -= blip;
       fail("reading expert %d of tensor blk.%u.ffn_gate_exps.weight (file offset 4096) failed: short read", e, il);
     }
     const auto& w = m_.weights().layers[il];
@@ -281,6 +287,69 @@ TEST(Engine, ExpertReadErrorFailsOnlyThatRequest) {
   EXPECT_EQ(run_to_end(again), want);
   EXPECT_EQ(again->finish(), Finish::Length);
   EXPECT_EQ(e.stats().errors, 1);
+}
+
+// Failed expert reads inside a batch of three sequences. A transient failure costs nobody their
+// output: the batch's states are rebuilt alone from their tokens and each segment retried alone.
+// An expert that never reads fails exactly the sequences that route to it (found by running each
+// alone); the others still get their solo output.
+TEST(Engine, ExpertErrorInBatchFailsOnlyTheSequencesThatMeetIt) {
+  const auto& m = test::tiny_model();
+  const std::vector<GenRequest> reqs = {request("abc", 6, 1), request("The lighthouse", 4, 2),
+                                        request("Numbers: 1 2", 6, 3)};
+  auto run = [&](FlakyExperts& src, int parallel) {
+    EngineOptions o = opts(parallel, 4);
+    o.experts = &src;
+    Engine e(*m.model, *m.tok, o);
+    std::vector<std::shared_ptr<Task>> tasks;
+    for (const auto& r : reqs) tasks.push_back(std::make_shared<Task>(r));
+    std::vector<std::vector<int32_t>> out;
+    if (parallel == 1) {
+      for (const auto& t : tasks) {
+        EXPECT_EQ(e.submit(t), Engine::Admit::Ok);
+        out.push_back(run_to_end(t));
+      }
+    } else {
+      EXPECT_EQ(e.submit(tasks), Engine::Admit::Ok);
+      for (const auto& t : tasks) out.push_back(run_to_end(t));
+    }
+    std::vector<bool> failed;
+    for (const auto& t : tasks) failed.push_back(t->finish() == Finish::Error);
+    return std::make_pair(out, failed);
+  };
+  FlakyExperts src(*m.model);
+  const auto [solo, solo_failed] = run(src, 1);
+  ASSERT_EQ(solo_failed, std::vector<bool>(3, false));
+  src.reads = 0;
+  run(src, 3);
+  const long batched_reads = src.reads;
+
+  // One failed read half way through: the states already hold prompt and generated tokens.
+  src.failures = 1, src.after = static_cast<int>(batched_reads / 2);
+  const auto [after_blip, blip_failed] = run(src, 3);
+  EXPECT_EQ(src.failures, 0);
+  EXPECT_EQ(blip_failed, std::vector<bool>(3, false));
+  EXPECT_EQ(after_blip, solo);
+
+  // An expert some sequences use and some do not.
+  const auto& hp = m.model->hparams();
+  std::vector<bool> want;
+  for (uint32_t il = 0; il < hp.n_layer && want.empty(); ++il) {
+    if (hp.ffn_kind(il) != model::FfnKind::MoE) continue;
+    for (int32_t e = 0; e < static_cast<int32_t>(hp.n_expert) && want.empty(); ++e) {
+      src.bad_layer = il, src.bad_expert = e;
+      const auto [out, failed] = run(src, 1);
+      const auto n_failed = std::count(failed.begin(), failed.end(), true);
+      if (n_failed > 0 && n_failed < 3) want = failed;
+    }
+  }
+  ASSERT_FALSE(want.empty()) << "no expert is used by some sequences and not others";
+  const auto [batched, failed] = run(src, 3);
+  EXPECT_EQ(failed, want);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (!want[i]) {
+      EXPECT_EQ(batched[i], solo[i]) << "sequence " << i;
+    }
 }
 
 // The engine streaming experts through a real ExpertStore (one expert per layer) generates the
