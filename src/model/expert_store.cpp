@@ -271,16 +271,18 @@ void ExpertStore::on_read(const ReadJob& j, const std::string& err) {
   cv_.notify_all();
 }
 
-void ExpertStore::predict(uint32_t il, const float* x, int64_t T, std::vector<int32_t>& out) const {
+void ExpertStore::predict(uint32_t il, const float* x, int64_t T) {
   const HParams& hp = m_.hparams();
   const LayerWeights& lw = m_.weights().layers[il];
   const int64_t H = hp.n_embd, k = hp.n_expert_used[il];
   const float* W = lw.gate_inp.f32();
   const float* bias = lw.exp_probs_b.f32();
   const auto dot = kernels(GgmlType::F32).vec_dot;  // SIMD: this runs on the decode path
-  std::vector<float> p(E_);
-  std::vector<int32_t> idx(E_);
-  std::vector<char> mark(E_, 0);
+  std::vector<float>& p = pred_p_;
+  std::vector<int32_t>& idx = pred_idx_;
+  std::vector<char>& mark = pred_mark_;
+  p.assign(E_, 0.0f), idx.assign(E_, 0), mark.assign(E_, 0);
+  guess_.clear();
   for (int64_t t = std::max<int64_t>(0, T - 8); t < T; ++t) {  // a long batch uses nearly every expert anyway
     const float* xt = x + t * H;
     for (int32_t e = 0; e < E_; ++e) dot(H, &p[e], W + e * H, xt);
@@ -294,7 +296,7 @@ void ExpertStore::predict(uint32_t il, const float* x, int64_t T, std::vector<in
     for (int64_t j = 0; j < k; ++j) mark[idx[j]] = 1;
   }
   for (int32_t e = 0; e < E_; ++e)
-    if (mark[e]) out.push_back(e);
+    if (mark[e]) guess_.push_back(e);
 }
 
 void ExpertStore::request(uint32_t il, std::vector<int32_t>& experts, const float* x, int64_t T) {
@@ -347,10 +349,9 @@ void ExpertStore::request(uint32_t il, std::vector<int32_t>& experts, const floa
   // next layer's experts from its router applied to this input
   const uint32_t next = il + 1;
   if (!o_.prefetch || next >= seg_.size() || !seg_[next][0].info) return;
-  std::vector<int32_t> guess;
-  predict(next, x, T, guess);
+  predict(next, x, T);
   std::lock_guard<std::mutex> lk(mu_);
-  predicted_[next] = guess;
+  predicted_[next] = guess_;
   if (!pending_.empty()) return;  // the cache is full of this layer's experts
   const auto now = Clock::now();
   const double wall = std::chrono::duration<double>(now - util_t0_).count();
@@ -364,7 +365,7 @@ void ExpertStore::request(uint32_t il, std::vector<int32_t>& experts, const floa
     return;
   }
   jobs.clear();
-  for (int32_t e : guess) {
+  for (int32_t e : guess_) {
     const int32_t key = static_cast<int32_t>(next) * E_ + e;
     if (where_[key] >= 0) continue;
     const int32_t s = alloc_locked();

@@ -107,7 +107,8 @@ class ExpertStore : public ExpertSource {
   void load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs);
   void free_locked(int32_t s);
   void on_read(const ReadJob& j, const std::string& err);
-  void predict(uint32_t il, const float* x, int64_t T, std::vector<int32_t>& out) const;
+  // The next layer's likely experts into guess_ (ascending), from its router on this layer's input.
+  void predict(uint32_t il, const float* x, int64_t T);
 
   const Model& m_;
   ExpertStoreOptions o_;
@@ -123,6 +124,11 @@ class ExpertStore : public ExpertSource {
   std::vector<int32_t> free_, where_;  // where_: key -> slot or -1
   std::vector<int32_t> cur_pins_, pending_;
   std::vector<std::vector<int32_t>> predicted_;  // per layer, from the previous layer's input
+  // predict()'s scratch, kept so that a decoded token allocates nothing (request() runs on one
+  // thread at a time: the caller of Model::forward)
+  std::vector<float> pred_p_;
+  std::vector<int32_t> pred_idx_, guess_;
+  std::vector<char> pred_mark_;
   // Prefetching spends drive time on mispredictions, so it runs only while the drive has time to
   // spare: the share of wall time with reads in flight, measured over windows of kUtilWindowS.
   static constexpr double kUtilWindowS = 0.5, kMaxUtil = 0.7;
