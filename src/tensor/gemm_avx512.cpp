@@ -19,22 +19,16 @@ namespace {
 
 // ---- helpers, the same operations as kernels_avx512.cpp / simd256_dot.inc -----------------------
 
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+#define K3_AVX512 1
+#include "tensor/simd256_common.inc"
+#undef K3_AVX512
+
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-inline __m512i pair256(const void* lo, const void* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
-}
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+inline __m512i pair256(const void* lo, const void* hi) { return join256(load256(lo), load256(hi)); }
 inline float hsum512(__m512 v) {
-  return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline float f32_at(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
 inline float f16_at(const void* p, int64_t i) { return h2f(static_cast<const uint16_t*>(p)[i]); }
 inline float bf16_at(const void* p, int64_t i) {
@@ -288,6 +282,198 @@ struct QuantGemm {
   }
 };
 
+// ---- Q5_0 against Q8_0 (the K-quant fallback for rows that do not divide 256) ------------------
+//
+// vec_dot_q5_0 (simd256_dot.inc, sum_blocks) converts block i's 8 int32 lanes (each the Σ of 4 code
+// products) to float and fuses them with d_w·d_a into acc0 for even i, acc1 for odd i, then takes
+// hsum(acc0 + acc1). The tile holds acc0 | acc1 as the halves of one 512-bit register and forms
+// the same lanes another way: (code + 16)·a by dpbusd, minus 16·Σa per lane (the activation's
+// part, once per token); a last odd block updates the low half only.
+
+struct Q50Gemm {
+  static constexpr int kRows = 2, kCols = 4;
+  static __m256i codes16(const block_q5_0& b) {  // code + 16 in [0, 31]
+    const __m256i hb = bits_to_bytes(load_u32(b.qh));
+    const __m256i w = _mm256_or_si256(nibbles32(b.qs), _mm256_andnot_si256(hb, _mm256_set1_epi8(static_cast<char>(0xF0))));
+    return _mm256_add_epi8(w, _mm256_set1_epi8(16));
+  }
+  static __m512 halves(float lo, float hi) { return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1); }
+
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
+    const int64_t nb = n / QK;
+    const __m512i zero = _mm512_setzero_si512(), sixteen = _mm512_set1_epi8(16);
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    // Blocks i and i + 1 (two) or block i alone.
+    auto step = [&](int64_t i, bool two) __attribute__((always_inline)) {
+      const __mmask16 mask = two ? 0xFFFF : 0x00FF;
+      __m512i u[R];
+      __m512 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const auto* x = reinterpret_cast<const block_q5_0*>(w + r * ws) + i;
+        u[r] = two ? join256(codes16(x[0]), codes16(x[1])) : _mm512_castsi256_si512(codes16(x[0]));
+        dw[r] = halves(h2f(x[0].d), two ? h2f(x[1].d) : 0.0f);
+      }
+      for (int c = 0; c < C; ++c) {
+        const auto* a = reinterpret_cast<const block_q8_0*>(p + c * ps) + i;
+        const __m512i av = two ? pair256(a[0].qs, a[1].qs) : _mm512_castsi256_si512(load256(a[0].qs));
+        const __m512 da = halves(h2f(a[0].d), two ? h2f(a[1].d) : 0.0f);
+        const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, sixteen, av));
+        for (int r = 0; r < R; ++r) {
+          const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg, u[r], av));
+          acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw[r], da), isum, acc[r][c], mask);
+        }
+      }
+    };
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) step(i, true);
+    if (i < nb) step(i, false);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum512(acc[r][c]);
+  }
+};
+
+// ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
+//
+// Every K-quant vec_dot forms, per super-block, exact int32 partials of isum (Σ scale·Σ code·a)
+// and msum (Σ min·bsum), hands them with d_a, d_w, dmin to KqSum, which reduces the lanes exactly
+// and does the float part. Integer sums do not depend on how the lanes were split, so the tile
+// forms the same integers its own way: the weight super-block is unpacked once per tile into
+// unsigned codes and int16 scale words, and each (row, token) output costs one maddubs and one
+// dpwssd per 64 elements. Q3_K and Q6_K codes carry an offset, subtracted as offset·Σ scale·bsum
+// from isum, exactly as their vec_dot does.
+
+struct KDecoded {
+  __m512i u[4];   // codes of elements 64k..64k+63, unsigned, element order
+  __m512i sw[4];  // int16 per maddubs lane: lanes 8s..8s+7 of chunk k hold sub-block 4k+s's scale
+  __m256i m16;    // per 16-element sub-block: the min (msum) or the scale (offset correction)
+  float dw, dmin;
+};
+
+// Scale words from 16 int16 sub-block scales (lane j: sub-block j of 16 elements).
+inline void scale_words(__m256i s16, __m512i (&sw)[4]) {
+  const __m512i s = _mm512_castsi256_si512(s16);
+  __m512i idx = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                                   15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3);
+  for (int k = 0; k < 4; ++k, idx = _mm512_add_epi16(idx, _mm512_set1_epi16(4))) sw[k] = _mm512_permutexvar_epi16(idx, s);
+}
+// Q4_K / Q5_K: chunk k is sub-blocks 2k (low nibbles of qs[32k..]) and 2k+1 (high nibbles); the
+// fifth bits of Q5_K are bits 2k and 2k+1 of qh[l]. 6-bit scales and mins per 32 elements.
+template <class B, bool kFive>
+struct Q45KW {
+  using Block = B;
+  static constexpr int kShift = -1;  // m16 holds mins
+  static void decode(const Block& x, KDecoded& d) {
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    __m256i hb;
+    if constexpr (kFive) hb = load256(x.qh);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = load256(x.qs + 32 * k);
+      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (kFive) {
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      d.u[k] = join256(lo, hi);
+    }
+    const __m128i sm = q4k_scales(x.scales);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    scale_words(_mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup)), d.sw);
+    d.m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(sm, 8), dup));
+    d.dw = h2f(x.d), d.dmin = h2f(x.dmin);
+  }
+};
+
+// Q2_K: element 32c + l is bits 2j..2j+1 of qs[32h + l] (c = 4h + j); 4-bit scale and min per 16.
+struct Q2KW {
+  using Block = block_q2_K;
+  static constexpr int kShift = -1;
+  static void decode(const Block& x, KDecoded& d) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    auto codes = [&](int c) { return _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (c / 4)), 2 * (c % 4)), m3); };
+    for (int k = 0; k < 4; ++k) d.u[k] = join256(codes(2 * k), codes(2 * k + 1));
+    const __m128i raw = load128(x.scales);
+    scale_words(_mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15))), d.sw);
+    d.m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
+    d.dw = h2f(x.d), d.dmin = h2f(x.dmin);
+  }
+};
+
+// Q3_K: 2 low bits as Q2_K, the third from bit c of hmask[l]; codes carry +4; signed 6-bit scales.
+struct Q3KW {
+  using Block = block_q3_K;
+  static constexpr int kShift = 2;
+  static void decode(const Block& x, KDecoded& d) {
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4), hm = load256(x.hmask);
+    auto codes = [&](int c) {
+      const __m256i hbit = c >= 2 ? _mm256_srli_epi16(hm, c - 2) : _mm256_slli_epi16(hm, 2 - c);
+      const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (c / 4)), 2 * (c % 4)), m3);
+      return _mm256_or_si256(lo, _mm256_and_si256(hbit, b2));
+    };
+    for (int k = 0; k < 4; ++k) d.u[k] = join256(codes(2 * k), codes(2 * k + 1));
+    d.m16 = _mm256_cvtepi8_epi16(q3k_scales(x.scales));
+    scale_words(d.m16, d.sw);
+    d.dw = h2f(x.d), d.dmin = 0.0f;
+  }
+};
+
+// Q6_K: 4 low bits from ql, 2 high from qh (see vec_dot_q6_K); codes carry +32; int8 scales.
+struct Q6KW {
+  using Block = block_q6_K;
+  static constexpr int kShift = 5;
+  static void decode(const Block& x, KDecoded& d) {
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load256(x.ql + 64 * h), l1 = load256(x.ql + 64 * h + 32), qh = load256(x.qh + 32 * h);
+      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+      const __m256i q3 =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+      d.u[2 * h] = join256(q0, q1);
+      d.u[2 * h + 1] = join256(q2, q3);
+    }
+    d.m16 = _mm256_cvtepi8_epi16(load128(x.scales));
+    scale_words(d.m16, d.sw);
+    d.dw = h2f(x.d), d.dmin = 0.0f;
+  }
+};
+
+template <class W>
+struct KQuantGemm {
+  static constexpr int kRows = 2, kCols = 4;
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
+    using Block = typename W::Block;
+    KqSum ks[R][C];
+    KDecoded d[R];
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+      for (int r = 0; r < R; ++r) W::decode(reinterpret_cast<const Block*>(w + r * ws)[i], d[r]);
+      for (int c = 0; c < C; ++c) {
+        const block_q8_K& a = reinterpret_cast<const block_q8_K*>(p + c * ps)[i];
+        __m512i av[4];
+        for (int k = 0; k < 4; ++k) av[k] = in_reg(load512(a.qs + 64 * k));
+        const __m256i bs = load256(a.bsums);
+        for (int r = 0; r < R; ++r) {
+          __m512i acc = _mm512_setzero_si512();
+          for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d[r].u[k], av[k]), d[r].sw[k]);
+          const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+          const __m256i m = _mm256_madd_epi16(bs, d[r].m16);
+          if constexpr (W::kShift < 0)
+            ks[r][c].add(isum, m, a.d, d[r].dw, d[r].dmin);
+          else
+            ks[r][c].add(_mm256_sub_epi32(isum, _mm256_slli_epi32(m, W::kShift)), _mm256_setzero_si256(), a.d, d[r].dw, 0.0f);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = ks[r][c].finish();
+  }
+};
+
 size_t no_pack_size(int64_t) { return 0; }
 
 template <class K>
@@ -302,6 +488,12 @@ constexpr GemmKernel kQ80 = packed_q8<QuantGemm<Q80W>>();
 constexpr GemmKernel kQ40 = packed_q8<QuantGemm<Q40W>>();
 constexpr GemmKernel kIq4nl = packed_q8<QuantGemm<Iq4nlW>>();
 constexpr GemmKernel kMxfp4 = packed_q8<QuantGemm<Mxfp4W>>();
+constexpr GemmKernel kQ50 = unpacked<Q50Gemm>();
+constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW>>();
+constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW>>();
+constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>>>();
+constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>>>();
+constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW>>();
 
 }  // namespace
 
@@ -316,6 +508,12 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_0: return &kQ40;
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
+    case GgmlType::Q5_0: return &kQ50;
+    case GgmlType::Q2_K: return &kQ2K;
+    case GgmlType::Q3_K: return &kQ3K;
+    case GgmlType::Q4_K: return &kQ4K;
+    case GgmlType::Q5_K: return &kQ5K;
+    case GgmlType::Q6_K: return &kQ6K;
     default: return nullptr;
   }
 }

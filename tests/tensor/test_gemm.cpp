@@ -16,7 +16,8 @@ namespace {
 
 using T = GgmlType;
 
-const T kTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q4_0, T::IQ4_NL, T::MXFP4, T::Q4_K};
+const T kTypes[] = {T::F32,  T::F16,  T::BF16, T::Q8_0, T::Q4_0, T::Q5_0,  T::IQ4_NL,
+                     T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS};
 
 struct Case {
   int64_t n, rows, tokens;
@@ -89,10 +90,10 @@ TEST(Gemm, BitIdenticalToVecDot) {
           for (int64_t tokens : {1, 2, 3, 5, 9}) compared += check(t, isa, {n, rows, tokens}, seed++);
       }
       // Every token count 2..33 on one shape.
-      const int64_t n = is_float ? 200 : 1120;
+      const int64_t n = is_float ? 200 : type_info(t).block == 256 ? 768 : 1120;
       if (n % type_info(t).block == 0)
         for (int64_t tokens = 2; tokens <= 33; ++tokens) compared += check(t, isa, {n, 5, tokens}, seed++);
-      const bool expect_tile = isa == Isa::Avx512 && t != T::Q4_K;
+      const bool expect_tile = isa == Isa::Avx512 && t != T::IQ4_XS;
       EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
     }
   }
