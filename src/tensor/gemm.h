@@ -28,7 +28,7 @@ struct GemmKernel {
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
 // per-(row, token) vec_dot is the product). Tiled today: AVX-512 for F32, F16, BF16, Q8_0, Q4_0,
-// IQ4_NL and MXFP4.
+// Q5_0, IQ4_NL, MXFP4 and Q2_K..Q6_K.
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,
