@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -98,6 +99,9 @@ void copy_file_synced(const std::string& from, const std::string& to) {
 class Converter {
  public:
   explicit Converter(const ConvertOptions& o) : opt_(o), progress_(!o.quiet) {}
+  ~Converter() { unlock_dir(); }  // also when a check before the work fails
+  Converter(const Converter&) = delete;
+  Converter& operator=(const Converter&) = delete;
 
   ConvertResult run() {
     const auto t0 = std::chrono::steady_clock::now();
@@ -238,7 +242,9 @@ class Converter {
     manifest_dirty_ = false;
   }
 
+  // Test hook: K3_CONVERT_FREE_BYTES=N stands in for the free space of every directory.
   static uint64_t free_bytes(const std::string& dir) {
+    if (const char* e = std::getenv("K3_CONVERT_FREE_BYTES")) return std::strtoull(e, nullptr, 10);
     struct statvfs s;
     if (::statvfs(dir.c_str(), &s) != 0) return UINT64_MAX;
     return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;

@@ -159,3 +159,12 @@ TEST_F(ConvertBadInput, MissingTokenizer) {
   fs::remove(src_ + "/tiktoken.model");
   expect_failure({"tiktoken.model"});
 }
+
+// Too little free space: an error up front that says how much is needed and how much is free;
+// nothing is written, not even the lock file.
+TEST_F(ConvertBadInput, NotEnoughDiskSpace) {
+  setenv("K3_CONVERT_FREE_BYTES", "4096", 1);
+  expect_failure({"not enough disk space in", "the parts to write need", "is free"});
+  unsetenv("K3_CONVERT_FREE_BYTES");
+}
+
