@@ -9,6 +9,7 @@ const GemmKernel* gemm_kernel(GgmlType t, Isa isa) {
   const Isa best = cpu_best_isa();
   if (isa > best) isa = best;
   if (isa == Isa::Avx512) return detail::gemm_kernel_avx512(t);
+  if (isa == Isa::Avx2) return detail::gemm_kernel_avx2(t);
   return nullptr;
 }
 

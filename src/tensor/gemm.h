@@ -28,7 +28,7 @@ struct GemmKernel {
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
 // per-(row, token) vec_dot is the product). Tiled today: AVX-512 for F32, F16, BF16, Q8_0, Q4_0,
-// Q5_0, IQ4_NL, MXFP4 and Q2_K..Q6_K.
+// Q5_0, IQ4_NL, MXFP4 and Q2_K..Q6_K; AVX2 for the same quantized types.
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,
@@ -40,6 +40,7 @@ void gemm_rows(GgmlType t, int64_t n, const void* w, size_t w_stride, int64_t n_
 
 namespace detail {
 const GemmKernel* gemm_kernel_avx512(GgmlType t);  // gemm_avx512.cpp
+const GemmKernel* gemm_kernel_avx2(GgmlType t);    // gemm_avx2.cpp
 }  // namespace detail
 
 }  // namespace k3

@@ -48,31 +48,7 @@ inline V in_reg(V v) {
 inline __m512 load16_f32(const void* p, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(p) + i); }
 inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(p) + i)); }
 
-// ---- tiling -----------------------------------------------------------------------------------
-
-// One tile: R weight rows (w, ws bytes apart) × C activation rows (p, ps bytes apart) into
-// y[c * ldy + r].
-using TileFn = void (*)(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy);
-
-template <class K, int... I>
-constexpr std::array<TileFn, sizeof...(I)> tile_table(std::integer_sequence<int, I...>) {
-  return {&K::template tile<I / K::kCols + 1, I % K::kCols + 1>...};
-}
-
-// Rows outer (a tile's weight rows stay in L1 while the token tiles pass), edge tiles smaller.
-template <class K>
-void run_tiles(int64_t n, const void* w, size_t ws, int64_t nr, const void* p, size_t ps, int64_t nt, float* y, int64_t ldy) {
-  static constexpr auto table = tile_table<K>(std::make_integer_sequence<int, K::kRows * K::kCols>{});
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* pb = static_cast<const uint8_t*>(p);
-  for (int64_t r0 = 0; r0 < nr; r0 += K::kRows) {
-    const int r = static_cast<int>(std::min<int64_t>(K::kRows, nr - r0));
-    for (int64_t t0 = 0; t0 < nt; t0 += K::kCols) {
-      const int c = static_cast<int>(std::min<int64_t>(K::kCols, nt - t0));
-      table[(r - 1) * K::kCols + (c - 1)](n, wb + r0 * ws, ws, pb + t0 * ps, ps, y + t0 * ldy + r0, ldy);
-    }
-  }
-}
+#include "tensor/gemm_tiles.inc"
 
 // ---- float types: vec_dot_float512 (four accumulators over 64 elements, then 16-steps) ----------
 
@@ -340,10 +316,10 @@ struct Q50Gemm {
 // Every K-quant vec_dot forms, per super-block, exact int32 partials of isum (Σ scale·Σ code·a)
 // and msum (Σ min·bsum), hands them with d_a, d_w, dmin to KqSum, which reduces the lanes exactly
 // and does the float part. Integer sums do not depend on how the lanes were split, so the tile
-// forms the same integers its own way (and the same float part, below): the weight super-block is unpacked once per tile into
-// unsigned codes and int16 scale words, and each (row, token) output costs one maddubs and one
-// dpwssd per 64 elements. Q3_K and Q6_K codes carry an offset, subtracted as offset·Σ scale·bsum
-// from isum, exactly as their vec_dot does.
+// forms the same integers its own way (and the same float part, below): the weight super-block is
+// unpacked once per tile into unsigned codes and int16 scale words, and each (row, token) output
+// costs one maddubs and one dpwssd per 64 elements. Q3_K and Q6_K codes carry an offset,
+// subtracted as offset·Σ scale·bsum from isum, exactly as their vec_dot does.
 
 struct KDecoded {
   __m512i u[4];   // codes of elements 64k..64k+63, unsigned, element order
@@ -500,10 +476,6 @@ struct KQuantGemm {
   }
 };
 
-size_t no_pack_size(int64_t) { return 0; }
-
-template <class K>
-constexpr GemmKernel unpacked() { return {no_pack_size, nullptr, run_tiles<K>}; }
 template <class K>
 constexpr GemmKernel packed_q8() { return {q8_packed_size, q8_pack, run_tiles<K>}; }
 
