@@ -15,7 +15,7 @@ void attnres_mix(const Bank& bank, const float* c, const float* w, float eps, fl
   }
   const size_t n_src = bank.n + 1;
   const QuantKernels& f32 = kernels(GgmlType::F32);
-  thread_local std::vector<float> normed, z;  // kept across calls
+  thread_local std::vector<float> normed, z;  // scratch (ops.h); no lambda here
   normed.assign(H, 0.0f), z.assign(n_src, 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     auto src = [&](size_t j) { return j < bank.n ? bank.entries[j].data() + t * H : c + t * H; };

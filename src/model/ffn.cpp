@@ -7,7 +7,7 @@ namespace k3::model {
 void situ_mlp(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor& up, const Tensor& down,
               const float* x, int64_t T, float* out) {
   const int64_t F = gate.ne[1];
-  thread_local std::vector<float> a, b;  // kept across calls: steady decoding allocates nothing
+  thread_local std::vector<float> a, b;  // scratch (ops.h); no lambda here
   a.assign(T * F, 0.0f), b.assign(T * F, 0.0f);
   linear(ctx, gate, x, T, a.data());
   linear(ctx, up, x, T, b.data());

@@ -53,8 +53,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   };
 
   // 1-2. every projection of x (one parallel region for a single token), conv + silu per stream
-  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
-  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  // Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<float> proj, q, k, v, fa, beta, gate, g, o;
   } tls;

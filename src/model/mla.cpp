@@ -24,8 +24,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   };
 
   // 1. query [T][nh*d_qk]: per head d_nope values then d_pe values
-  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
-  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  // Scratch (ops.h): kept per thread, named through references.
   struct Block {
     const SegRows* sg;
     int64_t t0, t1;  // batch rows, all of one segment

@@ -49,8 +49,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   if (batch.empty()) fail("forward: empty batch");
   // Everything is checked before any state changes.
   const size_t n_seg = batch.size();
-  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
-  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  // Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<SegRows> segs;
     std::vector<float> h, mix, xn, a, p, all;

@@ -118,8 +118,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   };
 
   // 1-5. router, selection, weights  (sel/wt: [T][k] in selection order)
-  // Scratch kept per thread across calls (steady decoding allocates nothing), used through
-  // references: a lambda run by a pool worker that named the thread_local would get the worker's.
+  // Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, sh;
     std::vector<int32_t> sel, idx, used;

@@ -34,6 +34,10 @@ class MatmulObserver {
   virtual void on_matmul(const WeightView& w, const float* x, int64_t T) = 0;
 };
 
+// Scratch. A block keeps its temporaries in a thread_local struct, resized on every call without
+// giving memory back, so that steady decoding allocates nothing (tests/model/test_no_alloc.cpp).
+// The block names them through local references: a lambda run by a pool worker that named the
+// thread_local itself would get the worker's own, empty copy.
 struct Ctx {
   ThreadPool& pool;
   F16Rule f16_rule = F16Rule::Round;

@@ -96,7 +96,7 @@ struct Block32Gemm {
 //
 // As in gemm_avx512.cpp: the same exact integers isum and msum per super-block as vec_dot (lanes
 // split another way), the weight super-block unpacked once per tile, and the float part of all
-// outputs of a tile in one vector with KqSum's operations.
+// outputs of a tile in one vector (KqSum8).
 
 struct KDecoded {
   __m256i u[8];   // codes of elements 32k..32k+31, unsigned, element order
@@ -183,14 +183,6 @@ struct Q6KW {
   }
 };
 
-// Lane o of the result: the sum of the 8 int32 lanes of v[o] (exact).
-inline __m256i lane_totals(const __m256i (&v)[8]) {
-  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 template <class W>
 struct KQuantGemm {
   static constexpr int kRows = 2, kCols = 4;
@@ -199,39 +191,22 @@ struct KQuantGemm {
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
     using Block = typename W::Block;
     KDecoded d[R];
-    __m256 sum = _mm256_setzero_ps();
+    KqSum8 ks;
     for (int64_t i = 0; i < n / QK_K; ++i) {
       for (int r = 0; r < R; ++r) W::decode(reinterpret_cast<const Block*>(w + r * ws)[i], d[r]);
-      __m256i isum[8], msum[8];
-      alignas(32) float da[8] = {}, dw[8] = {}, dmin[8] = {};
-      for (int o = R * C; o < 8; ++o) isum[o] = msum[o] = _mm256_setzero_si256();
+      ks.begin_block();
       for (int c = 0; c < C; ++c) {
         const block_q8_K& a = reinterpret_cast<const block_q8_K*>(p + c * ps)[i];
         const __m256i bs = load256(a.bsums);
         for (int r = 0; r < R; ++r) {
-          const int o = c * R + r;
           __m256i acc = _mm256_setzero_si256();
           for (int k = 0; k < 8; ++k) acc = madd_acc(acc, _mm256_maddubs_epi16(d[r].u[k], load256(a.qs + 32 * k)), d[r].sw[k]);
-          const __m256i m = _mm256_madd_epi16(bs, d[r].m16);
-          if constexpr (W::kShift < 0) {
-            isum[o] = acc, msum[o] = m;
-            dmin[o] = d[r].dmin;
-          } else {
-            isum[o] = _mm256_sub_epi32(acc, _mm256_slli_epi32(m, W::kShift));
-            msum[o] = _mm256_setzero_si256();
-          }
-          da[o] = a.d, dw[o] = d[r].dw;
+          ks.add<W::kShift>(c * R + r, acc, _mm256_madd_epi16(bs, d[r].m16), a.d, d[r].dw, d[r].dmin);
         }
       }
-      const __m256 vda = _mm256_load_ps(da);
-      const __m256 p1 = no_fuse(_mm256_mul_ps(_mm256_mul_ps(vda, _mm256_load_ps(dw)), _mm256_cvtepi32_ps(lane_totals(isum))));
-      const __m256 p2 = no_fuse(_mm256_mul_ps(_mm256_mul_ps(vda, _mm256_load_ps(dmin)), _mm256_cvtepi32_ps(lane_totals(msum))));
-      sum = _mm256_add_ps(sum, _mm256_sub_ps(p1, p2));
+      ks.end_block();
     }
-    alignas(32) float out[8];
-    _mm256_store_ps(out, sum);
-    for (int c = 0; c < C; ++c)
-      for (int r = 0; r < R; ++r) y[c * ldy + r] = out[c * R + r];
+    ks.store(R, C, y, ldy);
   }
 };
 

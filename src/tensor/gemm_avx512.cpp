@@ -418,17 +418,7 @@ struct Q6KW {
   }
 };
 
-// Lane o of the result: the sum of the 8 int32 lanes of v[o] (exact).
-inline __m256i lane_totals(const __m256i (&v)[8]) {
-  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-// The tile's R·C <= 8 outputs live in the lanes of one vector for the float part: per super-block
-// each lane gets KqSum's value (d_a·d_w)·isum − (d_a·dmin)·msum with the same IEEE operations
-// (the products are kept from fusing into the subtraction) and adds it to its sum in block order.
+// The tile's R·C <= 8 outputs share one KqSum8 for the float part.
 template <class W>
 struct KQuantGemm {
   static constexpr int kRows = 2, kCols = 4;
@@ -437,42 +427,25 @@ struct KQuantGemm {
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
     using Block = typename W::Block;
     KDecoded d[R];
-    __m256 sum = _mm256_setzero_ps();
+    KqSum8 ks;
     for (int64_t i = 0; i < n / QK_K; ++i) {
       for (int r = 0; r < R; ++r) W::decode(reinterpret_cast<const Block*>(w + r * ws)[i], d[r]);
-      __m256i isum[8], msum[8];
-      alignas(32) float da[8] = {}, dw[8] = {}, dmin[8] = {};
-      for (int o = R * C; o < 8; ++o) isum[o] = msum[o] = _mm256_setzero_si256();
+      ks.begin_block();
       for (int c = 0; c < C; ++c) {
         const block_q8_K& a = reinterpret_cast<const block_q8_K*>(p + c * ps)[i];
         __m512i av[4];
         for (int k = 0; k < 4; ++k) av[k] = in_reg(load512(a.qs + 64 * k));
         const __m256i bs = load256(a.bsums);
         for (int r = 0; r < R; ++r) {
-          const int o = c * R + r;
           __m512i acc = _mm512_setzero_si512();
           for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d[r].u[k], av[k]), d[r].sw[k]);
-          isum[o] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-          const __m256i m = _mm256_madd_epi16(bs, d[r].m16);
-          if constexpr (W::kShift < 0) {
-            msum[o] = m;
-            dmin[o] = d[r].dmin;
-          } else {
-            isum[o] = _mm256_sub_epi32(isum[o], _mm256_slli_epi32(m, W::kShift));
-            msum[o] = _mm256_setzero_si256();
-          }
-          da[o] = a.d, dw[o] = d[r].dw;
+          const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+          ks.add<W::kShift>(c * R + r, isum, _mm256_madd_epi16(bs, d[r].m16), a.d, d[r].dw, d[r].dmin);
         }
       }
-      const __m256 vda = _mm256_load_ps(da);
-      const __m256 p1 = no_fuse(_mm256_mul_ps(_mm256_mul_ps(vda, _mm256_load_ps(dw)), _mm256_cvtepi32_ps(lane_totals(isum))));
-      const __m256 p2 = no_fuse(_mm256_mul_ps(_mm256_mul_ps(vda, _mm256_load_ps(dmin)), _mm256_cvtepi32_ps(lane_totals(msum))));
-      sum = _mm256_add_ps(sum, _mm256_sub_ps(p1, p2));
+      ks.end_block();
     }
-    alignas(32) float out[8];
-    _mm256_store_ps(out, sum);
-    for (int c = 0; c < C; ++c)
-      for (int r = 0; r < R; ++r) y[c * ldy + r] = out[c * R + r];
+    ks.store(R, C, y, ldy);
   }
 };
 
