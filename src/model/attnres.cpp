@@ -16,7 +16,7 @@ void attnres_mix(const Bank& bank, const float* c, const float* w, float eps, fl
   const size_t n_src = bank.n + 1;
   const QuantKernels& f32 = kernels(GgmlType::F32);
   thread_local std::vector<float> normed, z;  // scratch (ops.h); no lambda here
-  normed.assign(H, 0.0f), z.assign(n_src, 0.0f);
+  scratch_zeros(normed, H), scratch_zeros(z, n_src);
   for (int64_t t = 0; t < T; ++t) {
     auto src = [&](size_t j) { return j < bank.n ? bank.entries[j].data() + t * H : c + t * H; };
     for (size_t j = 0; j < n_src; ++j) {  // scores from the normalized sources

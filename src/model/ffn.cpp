@@ -8,7 +8,7 @@ void situ_mlp(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor&
               const float* x, int64_t T, float* out) {
   const int64_t F = gate.ne[1];
   thread_local std::vector<float> a, b;  // scratch (ops.h); no lambda here
-  a.assign(T * F, 0.0f), b.assign(T * F, 0.0f);
+  scratch_zeros(a, T * F), scratch_zeros(b, T * F);
   linear(ctx, gate, x, T, a.data());
   linear(ctx, up, x, T, b.data());
   situ.apply(a.data(), b.data(), T * F);

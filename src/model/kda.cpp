@@ -15,7 +15,7 @@ namespace {
 void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, float* y) {
   const int64_t S = K - 1;
   thread_local std::vector<float> ext;  // one channel's window sequence: state, then the batch
-  ext.assign(S + T, 0.0f);
+  scratch_zeros(ext, S + T);
   for (int64_t c = 0; c < D; ++c) {
     float* sc = state + c * S;
     for (int64_t j = 0; j < S; ++j) ext[j] = sc[j];
@@ -59,8 +59,8 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   } tls;
   std::vector<float>&proj = tls.proj, &q = tls.q, &k = tls.k, &v = tls.v, &fa = tls.fa, &beta = tls.beta,
                      &gate = tls.gate, &g = tls.g, &o = tls.o;
-  proj.assign(3 * T * D, 0.0f), q.assign(T * D, 0.0f), k.assign(T * D, 0.0f), v.assign(T * D, 0.0f);
-  fa.assign(T * d, 0.0f), beta.assign(T * nh, 0.0f), gate.assign(T * D, 0.0f);
+  scratch_zeros(proj, 3 * T * D), scratch_zeros(q, T * D), scratch_zeros(k, T * D), scratch_zeros(v, T * D);
+  scratch_zeros(fa, T * d), scratch_zeros(beta, T * nh), scratch_zeros(gate, T * D);
   const LinearJob jobs[] = {{w.wq.mat(), x, &proj[0]},         {w.wk.mat(), x, &proj[T * D]},
                             {w.wv.mat(), x, &proj[2 * T * D]}, {w.f_a.mat(), x, fa.data()},
                             {w.beta.mat(), x, beta.data()},    {w.ssm_g.mat(), x, gate.data()}};
@@ -76,7 +76,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
 
   // 3. decay gate g [T][D]
-  g.assign(T * D, 0.0f);
+  scratch_zeros(g, T * D);
   linear(ctx, w.f_b, fa.data(), T, g.data());
   const float* dt_bias = w.dt_bias.f32();
   const float* A = w.ssm_a.f32();
@@ -106,12 +106,12 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     }
 
   // 6. recurrence, per (segment, head), tokens in order. S row j (value channel) holds S[i][j] over i.
-  o.assign(T * D, 0.0f);
+  scratch_zeros(o, T * D);
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   const VecMath& vm = vecmath();
   par_for(ctx, n_seg * nh, (T + n_seg - 1) / n_seg * d * d * 4, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> eg;
-    eg.assign(d, 0.0f);
+    scratch_zeros(eg, d);
     for (int64_t sh = i0; sh < i1; ++sh) {
       const SegRows& sg = segs[sh / nh];
       const int64_t h = sh % nh;

@@ -40,9 +40,9 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   std::vector<const SegRows*>& seg_of = tls.seg_of;
   std::vector<LinearJob>& jobs = tls.jobs;
   std::vector<Block>& blocks = tls.blocks;
-  q.assign(T * nh * d_qk, 0.0f);
+  scratch_zeros(q, T * nh * d_qk);
   if (hp.q_lora()) {
-    qa.assign(T * hp.q_lora_rank, 0.0f);
+    scratch_zeros(qa, T * hp.q_lora_rank);
     linear(ctx, w.q_a, x, T, qa.data());
     ops::rmsnorm_rows(qa.data(), w.q_a_norm.f32(), qa.data(), T, hp.q_lora_rank, eps);
     linear(ctx, w.q_b, qa.data(), T, q.data());
@@ -52,7 +52,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   trace("mla_q", q.data(), nh * d_qk);
 
   // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all of a segment's tokens
-  kv.assign(T * row, 0.0f);
+  scratch_zeros(kv, T * row);
   linear(ctx, w.kv_a, x, T, kv.data());
   for (int64_t t = 0; t < T; ++t) ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), &kv[t * row], r_kv, eps);
   trace("mla_kv_row", kv.data(), row);
@@ -68,9 +68,9 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
 
   // 4. absorb k_b: Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)], per head a [T] x [d_nope -> r_kv] product
-  Q.assign(nh * T * row, 0.0f);  // [nh][T][row]
+  scratch_zeros(Q, nh * T * row);  // [nh][T][row]
   {
-    qn.assign(nh * T * d_nope, 0.0f), qt.assign(nh * T * r_kv, 0.0f);  // [nh][T][d_nope], [nh][T][r_kv]
+    scratch_zeros(qn, nh * T * d_nope), scratch_zeros(qt, nh * T * r_kv);  // [nh][T][d_nope], [nh][T][r_kv]
     jobs.assign(nh, LinearJob{});
     for (int64_t h = 0; h < nh; ++h) {
       for (int64_t t = 0; t < T; ++t)
@@ -91,7 +91,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // tiled product with the cache rows (the same bits as one dot per pair; rows past a token's
   // causal limit are computed and ignored), and the read-out reads each cache row once for all of
   // them. Every output keeps its own order of operations, so the result does not depend on T.
-  lat.assign(nh * T * r_kv, 0.0f);
+  scratch_zeros(lat, nh * T * r_kv);
   const float kappa = 1.0f / sqrtf(static_cast<float>(d_qk));
   constexpr int64_t kAttnTokens = 8;
   blocks.clear();
@@ -135,9 +135,9 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   });
 
   // 6b. value up-projection per head, heads concatenated: o [T][nh*d_v]
-  o.assign(T * nh * d_v, 0.0f);
+  scratch_zeros(o, T * nh * d_v);
   {
-    oh.assign(nh * T * d_v, 0.0f);  // [nh][T][d_v]
+    scratch_zeros(oh, nh * T * d_v);  // [nh][T][d_v]
     jobs.assign(nh, LinearJob{});
     for (int64_t h = 0; h < nh; ++h) jobs[h] = {w.v_b.mat(h), &lat[h * T * r_kv], &oh[h * T * d_v]};
     linear_batch(ctx, jobs.data(), jobs.size(), T);
@@ -149,7 +149,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. output gate from the normed layer input
   if (w.attn_gate) {
-    gate.assign(T * nh * d_v, 0.0f);
+    scratch_zeros(gate, T * nh * d_v);
     linear(ctx, w.attn_gate, x, T, gate.data());
     ops::sigmoid_n(gate.data(), static_cast<int64_t>(gate.size()));
     for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * gate[i];

@@ -90,7 +90,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
 
   // h: running stream, u/v: mixes, xn: normed block input, a: block output, p: post-attention stream
   std::vector<float>&h = tls.h, &mix = tls.mix, &xn = tls.xn, &a = tls.a, &p = tls.p;
-  h.assign(T * H, 0.0f), mix.assign(T * H, 0.0f), xn.assign(T * H, 0.0f), a.assign(T * H, 0.0f), p.assign(T * H, 0.0f);
+  scratch_zeros(h, T * H), scratch_zeros(mix, T * H), scratch_zeros(xn, T * H), scratch_zeros(a, T * H), scratch_zeros(p, T * H);
   for (size_t i = 0; i < n_seg; ++i) embed(w_.token_embd, batch[i].ids, segs[i].n, h.data() + segs[i].row0 * H);
   trace("inp_embd", -1, h.data(), T, H);
 
@@ -136,6 +136,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
     trace("l_out", li, h.data(), T, H);
   }
   for (const SegRows& sg : segs) sg.state->n_past_ = sg.n_past + sg.n;
+  scratch_trim();
 
   // head: final mix, norm and LM head over the rows whose logits are wanted, gathered in batch order
   std::vector<int64_t>& rows = tls.rows;

@@ -128,16 +128,19 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
                      &a = tls.a, &b = tls.b, &ye = tls.ye, &m = tls.m, &sh = tls.sh;
   std::vector<int32_t>&sel = tls.sel, &idx = tls.idx, &used = tls.used;
   std::vector<std::vector<int64_t>>& rows = tls.rows;
-  probs.assign(T * E, 0.0f);
+  const int64_t F = w.gate_exps.ne[1];
+  for (auto* v : {&zin, &ye}) release_if_oversized(*v, T * dl);  // the grouped path's, per expert
+  for (auto* v : {&a, &b}) release_if_oversized(*v, T * F);
+  scratch_zeros(probs, T * E);
   linear(ctx, w.gate_inp, x, T, probs.data());
   if (hp.gating == Gating::Sigmoid)
     ops::sigmoid_n(probs.data(), T * E);
   else
     for (int64_t t = 0; t < T; ++t) ops::softmax(&probs[t * E], E);
   sel.assign(T * k, 0);
-  wt.assign(T * k, 0.0f);
+  scratch_zeros(wt, T * k);
   {
-    s.assign(E, 0.0f);
+    scratch_zeros(s, E);
     idx.assign(E, 0);
     const float* bias = w.exp_probs_b.f32();
     for (int64_t t = 0; t < T; ++t) {
@@ -165,13 +168,13 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 6. down to the latent (or the input itself)
   const float* z = x;
   if (hp.latent()) {
-    zbuf.assign(T * dl, 0.0f);
+    scratch_zeros(zbuf, T * dl);
     linear(ctx, w.routed_down, x, T, zbuf.data());
     z = zbuf.data();
   }
 
   // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
-  y.assign(T * k * dl, 0.0f);
+  scratch_zeros(y, T * k * dl);
   const bool one_token = T == 1 && fused_ok(ctx, w);
   used.clear();  // ascending expert ids
   if (one_token) {
@@ -188,7 +191,6 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   if (one_token) {
     experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
   } else {
-    const int64_t F = w.gate_exps.ne[1];
     for (const int32_t e : used) {
       const auto& r = rows[e];
       const int64_t n = static_cast<int64_t>(r.size());
@@ -208,7 +210,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
 
   // 8. weighted combine, left to right in selection order
-  m.assign(T * dl, 0.0f);
+  scratch_zeros(m, T * dl);
   for (int64_t t = 0; t < T; ++t) {
     float* mt = &m[t * dl];
     for (int64_t j = 0; j < k; ++j) {
@@ -232,7 +234,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 11-12. shared experts on the un-projected input
   if (w.gate_shexp) {
-    sh.assign(T * H, 0.0f);
+    scratch_zeros(sh, T * H);
     situ_mlp(ctx, situ, w.gate_shexp, w.up_shexp, w.down_shexp, x, T, sh.data());
     trace("ffn_shexp", sh.data(), H);
     for (int64_t i = 0; i < T * H; ++i) out[i] = out[i] + sh[i];

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/weights.h"
+#include "tensor/scratch.h"
 #include "tensor/threadpool.h"
 
 namespace k3::model {
@@ -34,10 +35,10 @@ class MatmulObserver {
   virtual void on_matmul(const WeightView& w, const float* x, int64_t T) = 0;
 };
 
-// Scratch. A block keeps its temporaries in a thread_local struct, resized on every call without
-// giving memory back, so that steady decoding allocates nothing (tests/model/test_no_alloc.cpp).
-// The block names them through local references: a lambda run by a pool worker that named the
-// thread_local itself would get the worker's own, empty copy.
+// Scratch. A block keeps its temporaries in a thread_local struct, sized on every call by
+// scratch_zeros() (tensor/scratch.h: capacity kept, so steady decoding allocates nothing; prompt-
+// sized buffers given back). The block names them through local references: a lambda run by a
+// pool worker that named the thread_local itself would get the worker's own, empty copy.
 struct Ctx {
   ThreadPool& pool;
   F16Rule f16_rule = F16Rule::Round;

@@ -1,5 +1,6 @@
 // Run-time choice of the tiled matrix-matrix kernels (the tiles live in gemm_<isa>.cpp).
 #include "tensor/gemm.h"
+#include "tensor/scratch.h"
 
 #include <vector>
 
@@ -28,7 +29,7 @@ void gemm_rows(GgmlType t, int64_t n, const void* w, size_t w_stride, int64_t n_
   const size_t ps = g->packed_size(n);
   if (ps == 0) return g->run(n, w, w_stride, n_rows, a, a_stride, n_tok, y, ldy);
   thread_local std::vector<uint8_t> packed;
-  packed.resize(ps * static_cast<size_t>(n_tok));
+  scratch_size(packed, ps * static_cast<size_t>(n_tok));
   for (int64_t k = 0; k < n_tok; ++k) g->pack(ab + k * a_stride, packed.data() + k * ps, n);
   g->run(n, w, w_stride, n_rows, packed.data(), ps, n_tok, y, ldy);
 }

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "tensor/gemm.h"
+#include "tensor/scratch.h"
 #include "tensor/kernels.h"
 #include "tensor/matvec.h"
 
@@ -39,7 +40,7 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   // Activations in the weight's partner format, once per call (the caller's thread owns it).
   thread_local std::vector<uint8_t> scratch;
   if (vt != GgmlType::F32) {
-    scratch.resize(static_cast<size_t>(n_tokens) * xrow);
+    scratch_size(scratch, static_cast<size_t>(n_tokens) * xrow);
     const auto from_float = kernels(vt).from_float;
     uint8_t* q = scratch.data();
     auto quantize = [&](int64_t t0, int64_t t1) {
@@ -66,7 +67,7 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   if (gk && gk->packed_size(ne0) > 0) {
     xstride = gk->packed_size(ne0);
     thread_local std::vector<uint8_t> packed;
-    packed.resize(static_cast<size_t>(n_tokens) * xstride);
+    scratch_size(packed, static_cast<size_t>(n_tokens) * xstride);
     for (int64_t t = 0; t < n_tokens; ++t) gk->pack(xq + t * xrow, packed.data() + t * xstride, ne0);
     xq = packed.data();
   }

@@ -1,0 +1,43 @@
+// Per-thread scratch buffers of the hot paths (std::vectors owned by a thread_local). Sizing one
+// keeps its capacity, so a call that needs no more than an earlier one allocates nothing: steady
+// decoding makes no heap allocation (tests/model/test_no_alloc.cpp). A buffer over 1 MiB and more
+// than four times what this call needs, left by a long prompt, is given back first, and
+// scratch_trim() returns it to the system, so generation does not keep prompt-sized scratch
+// resident.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+namespace k3 {
+
+namespace detail {
+inline thread_local bool scratch_released = false;
+}
+
+template <class T>
+void release_if_oversized(std::vector<T>& v, size_t n) {
+  if (v.capacity() * sizeof(T) > (size_t{1} << 20) && v.capacity() / 4 > n) {
+    std::vector<T>().swap(v);
+    detail::scratch_released = true;
+  }
+}
+
+// If this thread gave scratch back since the last call, hands the allocator's free memory to the
+// system (freed buffers otherwise stay in malloc's arenas). Once per forward pass.
+void scratch_trim();
+
+// n value-initialised elements.
+template <class T>
+void scratch_zeros(std::vector<T>& v, size_t n) {
+  release_if_oversized(v, n);
+  v.assign(n, T{});
+}
+
+// n elements, contents unspecified (the caller writes them all).
+template <class T>
+void scratch_size(std::vector<T>& v, size_t n) {
+  release_if_oversized(v, n);
+  v.resize(n);
+}
+
+}  // namespace k3
