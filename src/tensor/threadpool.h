@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "tensor/fn_ref.h"
+#include "common/fn_ref.h"
 
 namespace k3 {
 
