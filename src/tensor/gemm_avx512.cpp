@@ -418,34 +418,22 @@ struct Q6KW {
   }
 };
 
-// The tile's R·C <= 8 outputs share one KqSum8 for the float part.
-template <class W>
-struct KQuantGemm {
-  static constexpr int kRows = 2, kCols = 4;
-  static_assert(kRows * kCols <= 8);
-  template <int R, int C>
-  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
-    using Block = typename W::Block;
-    KDecoded d[R];
-    KqSum8 ks;
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-      for (int r = 0; r < R; ++r) W::decode(reinterpret_cast<const Block*>(w + r * ws)[i], d[r]);
-      ks.begin_block();
-      for (int c = 0; c < C; ++c) {
-        const block_q8_K& a = reinterpret_cast<const block_q8_K*>(p + c * ps)[i];
-        __m512i av[4];
-        for (int k = 0; k < 4; ++k) av[k] = in_reg(load512(a.qs + 64 * k));
-        const __m256i bs = load256(a.bsums);
-        for (int r = 0; r < R; ++r) {
-          __m512i acc = _mm512_setzero_si512();
-          for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d[r].u[k], av[k]), d[r].sw[k]);
-          const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-          ks.add<W::kShift>(c * R + r, isum, _mm256_madd_epi16(bs, d[r].m16), a.d, d[r].dw, d[r].dmin);
-        }
-      }
-      ks.end_block();
-    }
-    ks.store(R, C, y, ldy);
+// The integer part of one output: one maddubs and one dpwssd per 64 elements; the activation
+// super-block is loaded once per token for all rows of the tile.
+struct KDot {
+  using Decoded = KDecoded;
+  struct Act {
+    __m512i v[4];
+  };
+  static Act act(const block_q8_K& a) {
+    Act x;
+    for (int k = 0; k < 4; ++k) x.v[k] = in_reg(load512(a.qs + 64 * k));
+    return x;
+  }
+  static __m256i isum(const KDecoded& d, const Act& x) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d.u[k], x.v[k]), d.sw[k]);
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
   }
 };
 
@@ -460,11 +448,11 @@ constexpr GemmKernel kQ40 = packed_q8<QuantGemm<Q40W>>();
 constexpr GemmKernel kIq4nl = packed_q8<QuantGemm<Iq4nlW>>();
 constexpr GemmKernel kMxfp4 = packed_q8<QuantGemm<Mxfp4W>>();
 constexpr GemmKernel kQ50 = unpacked<Q50Gemm>();
-constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW>>();
-constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW>>();
-constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>>>();
-constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>>>();
-constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW>>();
+constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
+constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
+constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
+constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
+constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW, KDot>>();
 
 }  // namespace
 
