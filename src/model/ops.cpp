@@ -38,16 +38,13 @@ void par_for(Ctx& ctx, int64_t n, int64_t cost, FnRef<void(int64_t, int64_t)> fn
   ctx.pool.parallel_for(n, fn);
 }
 
-// The AMX buffer's F16 product: weight rows widened to F32, activation unrounded.
+// The AMX buffer's F16 product: unrounded activations, llama.cpp's summation order (kernels.h).
 static void linear_f16_as_f32(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
-  const QuantKernels& f32k = kernels(GgmlType::F32);
+  const auto dot = kernels(GgmlType::F16).dot_f16_f32_amx;
   par_for(ctx, w.ne1, w.ne0 * T, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> row;
-    row.resize(w.ne0);
     for (int64_t o = r0; o < r1; ++o) {
-      const auto* src = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + o * w.nb1);
-      for (int64_t i = 0; i < w.ne0; ++i) row[i] = fp16_to_fp32(src[i]);
-      for (int64_t t = 0; t < T; ++t) f32k.vec_dot(w.ne0, &y[t * w.ne1 + o], row.data(), x + t * w.ne0);
+      const void* row = static_cast<const uint8_t*>(w.data) + o * w.nb1;
+      for (int64_t t = 0; t < T; ++t) dot(w.ne0, &y[t * w.ne1 + o], row, x + t * w.ne0);
     }
   });
 }

@@ -368,6 +368,16 @@ void vec_dot_iq4_xs(int64_t n, float* s, const void* vx, const void* vy) {
   *s = sum;
 }
 
+void dot_f16_f32_amx(int64_t n, float* s, const void* vx, const float* y) {
+  const auto* x = static_cast<const uint16_t*>(vx);
+  float acc[16] = {};
+  for (int64_t i = 0; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(h2f(x[i + l]), y[i + l], acc[l]);
+  for (int w = 8; w >= 4; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  *s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
 }  // namespace
 
 namespace detail {
@@ -401,6 +411,7 @@ void register_scalar_kernels(KernelTable& t) {
   t[static_cast<int>(T::Q8_0)].from_float = from_float_q8_0;
   t[static_cast<int>(T::Q8_1)].from_float = from_float_q8_1;
   t[static_cast<int>(T::Q8_K)].from_float = from_float_q8_K;
+  t[static_cast<int>(T::F16)].dot_f16_f32_amx = dot_f16_f32_amx;
 }
 
 }  // namespace detail

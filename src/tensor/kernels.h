@@ -33,6 +33,10 @@ struct QuantKernels {
   // vec_dot prefetches the weight stream kDotPrefetchBytes ahead of its reads, a few lines per step,
   // so a matvec over consecutive rows needs no prefetch of its own (matmul.cpp).
   bool dot_prefetches = false;
+  // F16 only: s = dot(F16 weight row x, unrounded F32 activation y) in the order of llama.cpp's
+  // AMX-buffer F16 product (model.md §9): one 16-lane FMA accumulator over n (a multiple of 16),
+  // then a halving-tree sum (lanes l + l+8, l + l+4, then (0+2) + (1+3)). Every ISA gives these bits.
+  void (*dot_f16_f32_amx)(int64_t n, float* s, const void* x, const float* y) = nullptr;
 };
 
 // How far ahead of its reads a weight stream is prefetched: far enough to cover the memory latency

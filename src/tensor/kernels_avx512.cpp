@@ -61,6 +61,12 @@ void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
   *s = sum;
 }
 
+void dot_f16_f32_amx_512(int64_t n, float* s, const void* x, const float* y) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(load16_f16(x, i), _mm512_loadu_ps(y + i), acc);
+  *s = hsum512(acc);
+}
+
 // dpbf16ps multiplies bf16 pairs exactly and accumulates in f32; like ggml on this CPU class it
 // treats subnormal bf16 inputs as zero.
 void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
@@ -267,6 +273,7 @@ void register_avx512_kernels(KernelTable& t) {
   t[static_cast<int>(T::Q8_0)].from_float = from_float_q8_0_512;
   t[static_cast<int>(T::Q8_K)].from_float = from_float_q8_K_512;
   t[static_cast<int>(T::F16)].from_float = from_float_f16_512;
+  t[static_cast<int>(T::F16)].dot_f16_f32_amx = dot_f16_f32_amx_512;
 }
 
 }  // namespace detail

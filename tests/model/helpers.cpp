@@ -1,5 +1,6 @@
 #include "helpers.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -193,6 +194,28 @@ double max_abs_diff(const Rows& a, const Rows& b) {
       if (!(d <= m)) m = d;  // NaN propagates as a failure
     }
   return m;
+}
+
+Agreement agreement(const Rows& p, const Rows& q) {
+  Agreement a;
+  if (p.n_vocab != q.n_vocab || p.rows.size() != q.rows.size() || p.rows.empty()) return a;
+  auto log_softmax = [](const std::vector<float>& r) {
+    const double mx = *std::max_element(r.begin(), r.end());
+    double z = 0;
+    for (float v : r) z += std::exp(v - mx);
+    std::vector<double> o(r.size());
+    for (size_t i = 0; i < r.size(); ++i) o[i] = r[i] - mx - std::log(z);
+    return o;
+  };
+  double kl = 0, same = 0;
+  for (size_t t = 0; t < p.rows.size(); ++t) {
+    const auto lp = log_softmax(p.rows[t]), lq = log_softmax(q.rows[t]);
+    for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+    same += std::max_element(lp.begin(), lp.end()) - lp.begin() == std::max_element(lq.begin(), lq.end()) - lq.begin();
+  }
+  a.mean_kl = kl / p.rows.size();
+  a.top1 = same / p.rows.size();
+  return a;
 }
 
 double max_abs(const Rows& a) {

@@ -1,6 +1,7 @@
 // Shared helpers of the model tests: temporary files, synthetic models, running commands, the
 // llama.cpp harness (tests/node/llama.mjs), logits comparison.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +54,13 @@ std::vector<int32_t> k3_generate(const model::Model& m, const std::vector<int32_
 
 double max_abs_diff(const Rows& a, const Rows& b);
 double max_abs(const Rows& a);
+// How two sets of logit rows agree as distributions: mean over positions of KL(softmax(p) ||
+// softmax(q)) and the fraction of positions with the same argmax (INFINITY / 0 on a shape mismatch).
+struct Agreement {
+  double mean_kl = INFINITY;
+  double top1 = 0;
+};
+Agreement agreement(const Rows& p, const Rows& q);
 
 // A prompt of n ids spread over the vocabulary (deterministic).
 std::vector<int32_t> prompt_ids(int n, int32_t n_vocab, uint64_t seed = 7);

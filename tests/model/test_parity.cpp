@@ -11,14 +11,21 @@
 //   rounding, which the model amplifies; llama.cpp's own batch-vs-incremental spread measures this
 //   on the same model and prompt (k3's own spread is measured too and the larger one counts).
 //   Bound: 4 x that spread + 1e-3 (the floor covers the no-flip case, where k3 reproduces llama.cpp
-//   to ~1e-6). On larger fully quantized models (e.g. the small preset with Q4_0/K-quants) a flip
-//   can happen between k3 and llama.cpp while llama.cpp's own spread is 0; the configurations here
-//   are the ones where none does today, so a failure after a kernel change may be such a flip:
-//   check `k3 logits --dump` before suspecting the math. Greedy tokens must agree on the well-conditioned
-//   models; on default-eps F16 models llama.cpp's own prefill and decode disagree by whole logits,
-//   so there only the logit bound applies.
+//   to ~1e-6). Greedy tokens must agree on the well-conditioned models.
+// * Flip-prone (default-eps F16 + MXFP4): flips happen between k3 and llama.cpp even where
+//   llama.cpp's own spread is tiny. On CPUs with AMX llama.cpp multiplies most F16 weights against
+//   unrounded activations in its own summation order (k3 follows it, kernels.h) and its
+//   batch-vs-incremental spread is ~3e-5, while a one-ulp difference still flips the F16 rounding of
+//   the weights outside that rule (ssm_beta, kv_a_mqa) or the Q8_0 rounding of the expert inputs:
+//   measured on 5 prompts x 3 depths here, max|diff| 1e-2 ... 6 after such a flip, mean KL <= 5e-4,
+//   while a systematic error (one tensor outside the F16 rule, the wrong rule) gives mean KL >= 1e-2.
+//   So the bound there is on the distributions: mean KL(llama || k3) <= max(2e-3, 4 x llama.cpp's
+//   own batch-vs-incremental mean KL; without AMX llama.cpp rounds every F16 activation and flips
+//   between its own two runs) and >= 80 % equal argmax; the well-conditioned twin carries the tight
+//   check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -34,19 +41,19 @@ struct Case {
   model::SynthOptions (*make)(float);
   float eps;
   bool quantized;
-  bool check_greedy;
+  bool flip_prone;
   int n_prompt;
 };
 
 const Case kCases[] = {
-    {"a_f32_wellcond", config_a, 0.5f, false, true, 40},
-    {"a_f32_default_eps", config_a, 1e-5f, false, true, 40},
-    {"b_noqlora_nolatent_softplus_wellcond", config_b, 0.5f, false, true, 24},
-    {"b_noqlora_nolatent_softplus_default_eps", config_b, 1e-5f, false, true, 24},
-    {"c_f16_mxfp4_wellcond", config_c, 0.5f, true, true, 24},
-    {"c_f16_mxfp4_default_eps", config_c, 1e-5f, true, false, 24},
-    {"d_q8_0_wellcond", config_d, 0.5f, true, true, 24},
-    {"d_q8_0_default_eps", config_d, 1e-5f, true, true, 24},
+    {"a_f32_wellcond", config_a, 0.5f, false, false, 40},
+    {"a_f32_default_eps", config_a, 1e-5f, false, false, 40},
+    {"b_noqlora_nolatent_softplus_wellcond", config_b, 0.5f, false, false, 24},
+    {"b_noqlora_nolatent_softplus_default_eps", config_b, 1e-5f, false, false, 24},
+    {"c_f16_mxfp4_wellcond", config_c, 0.5f, true, false, 24},
+    {"c_f16_mxfp4_default_eps", config_c, 1e-5f, true, true, 24},
+    {"d_q8_0_wellcond", config_d, 0.5f, true, false, 24},
+    {"d_q8_0_default_eps", config_d, 1e-5f, true, false, 24},
 };
 
 class Parity : public ::testing::TestWithParam<Case> {};
@@ -65,19 +72,28 @@ TEST_P(Parity, LogitsAndGreedy) {
   double tol = 1e-3;
   if (c.eps < 0.1f || c.quantized)
     tol = c.quantized ? 4 * std::max(spread, k3_spread) + 1e-3 : std::max(1e-3, 4 * spread);
+  const Agreement ab = agreement(lb, kb), ai = agreement(li, ki);
   std::printf("[parity] %s: max|logit| %.3f, llama batch-vs-incremental %.3g (k3 %.3g), k3-vs-llama batch %.3g, "
-              "incremental %.3g, tolerance %.3g\n",
-              c.name, max_abs(lb), spread, k3_spread, d_batch, d_incr, tol);
+              "incremental %.3g, tolerance %.3g; mean KL %.3g / %.3g, argmax equal %.0f%% / %.0f%%\n",
+              c.name, max_abs(lb), spread, k3_spread, d_batch, d_incr, tol, ab.mean_kl, ai.mean_kl, 100 * ab.top1,
+              100 * ai.top1);
+  if (c.flip_prone) {
+    const Agreement own = agreement(lb, li);
+    const double kl_tol = std::max(2e-3, 4 * own.mean_kl);
+    std::printf("[parity] %s: llama's own batch-vs-incremental mean KL %.3g, bound %.3g\n", c.name, own.mean_kl, kl_tol);
+    EXPECT_LE(ab.mean_kl, kl_tol);
+    EXPECT_LE(ai.mean_kl, kl_tol);
+    EXPECT_GE(ab.top1, 0.8);
+    EXPECT_GE(ai.top1, 0.8);
+    return;
+  }
   EXPECT_LE(d_batch, tol);
   EXPECT_LE(d_incr, tol);
-
-  if (c.check_greedy) {
-    const auto lg = llama_generate(path, ids, 32);
-    const auto kg = k3_generate(*m, ids, 32);
-    EXPECT_EQ(kg, lg);
-    std::set<int32_t> distinct(kg.begin(), kg.end());
-    EXPECT_GE(distinct.size(), 4u) << "greedy output barely depends on anything: a degenerate model";
-  }
+  const auto lg = llama_generate(path, ids, 32);
+  const auto kg = k3_generate(*m, ids, 32);
+  EXPECT_EQ(kg, lg);
+  std::set<int32_t> distinct(kg.begin(), kg.end());
+  EXPECT_GE(distinct.size(), 4u) << "greedy output barely depends on anything: a degenerate model";
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, Parity, ::testing::ValuesIn(kCases),

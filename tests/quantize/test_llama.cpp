@@ -1,16 +1,16 @@
 // Quantized files in llama.cpp (node-llama-cpp 3.22.1, tests/node): every output type loads, and
 // greedy continuations agree with k3's on a synthetic Kimi-K3 with BF16 trunk and MXFP4 experts
-// (the converter's layout). attn_k_b / attn_v_b stay BF16 in these files: llama.cpp's AMX path on
-// this CPU mishandles F16 and Q8_0 there (model.md §9).
+// (the converter's layout). attn_k_b / attn_v_b stay BF16 in these files: llama.cpp's AMX path
+// mishandles F16 and Q8_0 there (model.md §9).
 //
-// Agreement, for the main types (K-quants, Q8_0, MXFP4 and the recipes): every generated token
-// equal, or the first difference comes after the first token and is a near tie for k3 (its logits
-// of the two tokens within kTieTol), after which the continuations are different texts. llama.cpp
-// itself is not exact here: on this CPU its quantized products give logits that depend on the
-// batch layout (a Q8_0 output.weight alone: positions agree with k3 to 1e-6 in a batch of 7 except
-// the last, 0.06 off; run token by token every position is off by ~0.05), so a rare flip of an
-// almost tied token (or of a top-k expert choice) is expected. The other types must load and run;
-// their agreement is printed.
+// Two models of the same structure. Well-conditioned (RMS eps 0.5): for the main types (K-quants,
+// Q8_0, MXFP4 and the recipes) all generated tokens equal. Default eps: the random model amplifies
+// one-ulp differences, and llama.cpp's own quantized products differ in summation order between
+// its CPU paths (its AMX kernels on CPUs that have AMX, batch layout elsewhere: a Q8_0
+// output.weight alone agrees with k3 to 1e-6 in a batch of 7 except the last, 0.06 off), so an
+// almost tied token or expert choice flips now and then (measured: a first difference at token
+// 8-15 in 7 of 21 files, k3's logit gap 0.004-0.1 there). There the first token must be equal for
+// the main types and at least half the files must agree on every token; the differences are printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +26,6 @@ using namespace k3;
 namespace {
 
 constexpr int kNew = 16;
-constexpr float kTieTol = 0.1f;
 const std::vector<int32_t> kPrompt = {11, 250, 3, 97, 400, 12, 5};
 
 struct Case {
@@ -53,14 +52,14 @@ std::vector<int32_t> greedy(const model::Model& m, std::vector<std::vector<float
   return out;
 }
 
-}  // namespace
-
-TEST(Llama, OutputsLoadAndGreedyTokensMatch) {
-  if (!qtest::have_node()) GTEST_SKIP() << "node not found";
+void check_files(float rms_eps) {
   const std::string script = qtest::source_dir() + "/tests/quantize/llama_batch.mjs";
   qtest::TempDir dir("llama");
   const std::string src = dir / "src.gguf";
-  model::write_synthetic(src, qtest::synth_options(GgmlType::BF16, GgmlType::MXFP4, 21));
+  model::SynthOptions so = qtest::synth_options(GgmlType::BF16, GgmlType::MXFP4, 21);
+  so.rms_eps = rms_eps;
+  const bool wellcond = rms_eps >= 0.1f;
+  model::write_synthetic(src, so);
   const std::string kbvb = "attn_k_b|attn_v_b=bf16";
   std::vector<Case> cases = {
       {"Q2_K", "Q2_K", {kbvb}},       {"Q3_K", "Q3_K", {kbvb}},           {"Q4_K", "Q4_K", {kbvb}},
@@ -108,9 +107,22 @@ TEST(Llama, OutputsLoadAndGreedyTokensMatch) {
     std::printf("%-9s first difference at token %zu: k3 %d, llama.cpp %d, k3 logit gap %.4f\n", c.name.c_str(), i, k3[i],
                 ll[i], gap);
     if (!c.main) continue;
+    EXPECT_FALSE(wellcond) << c.name << ": token " << i << " differs on the well-conditioned model";
     EXPECT_GT(i, 0u) << c.name << ": the first generated token differs";
-    EXPECT_LT(gap, kTieTol) << c.name << ": token " << i << " differs and is not a near tie";
   }
-  std::printf("%d of %zu files: all %d greedy tokens identical in k3 and llama.cpp\n", full, cases.size(), kNew);
+  std::printf("rms eps %g: %d of %zu files: all %d greedy tokens identical in k3 and llama.cpp\n", rms_eps, full,
+              cases.size(), kNew);
   EXPECT_GE(full, static_cast<int>(cases.size()) / 2);
+}
+
+}  // namespace
+
+TEST(Llama, OutputsLoadAndGreedyTokensMatchWellConditioned) {
+  ASSERT_TRUE(qtest::have_node()) << "node not found (tools/setup test installs it)";
+  check_files(0.5f);
+}
+
+TEST(Llama, OutputsLoadAndGreedyTokensMatchDefaultEps) {
+  ASSERT_TRUE(qtest::have_node()) << "node not found (tools/setup test installs it)";
+  check_files(1e-5f);
 }

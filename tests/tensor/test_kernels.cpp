@@ -376,6 +376,31 @@ TEST(KernelsSimd, VecDotRandom) {
   }
 }
 
+// The AMX-order F16 product (kernels.h): the same bits on every ISA, and a correct dot product.
+TEST(KernelsSimd, F16AmxOrderSameOnEveryIsa) {
+  Gen gen(9);
+  for (int64_t n : {16, 32, 48, 64, 256, 1040, 7168}) {
+    for (int rep = 0; rep < 4; ++rep) {
+      const Bytes w = gen.weights(T::F16, n, Mode::Random, 0);
+      std::vector<float> a(n);
+      for (float& v : a) v = gen.normal();
+      float ref = 0;
+      kernels(T::F16, Isa::Scalar).dot_f16_f32_amx(n, &ref, w.data(), a.data());
+      double exact = 0, terms = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double p = static_cast<double>(fp16_to_fp32(reinterpret_cast<const uint16_t*>(w.data())[i])) * a[i];
+        exact += p, terms += std::fabs(p);
+      }
+      EXPECT_LE(std::fabs(ref - exact), 1e-6 * terms) << "n " << n;
+      for (Isa isa : simd_isas()) {
+        float got = 0;
+        kernels(T::F16, isa).dot_f16_f32_amx(n, &got, w.data(), a.data());
+        EXPECT_EQ(ref, got) << isa_name(isa) << " n " << n;
+      }
+    }
+  }
+}
+
 // MXFP4 exhaustively: all 16 codes under all 256 exponents.
 TEST(KernelsSimd, Mxfp4AllCodesAllExponents) {
   Gen gen(7);
