@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
+#include "common/sysmem.h"
 #include "model/model.h"
 #include "model/registry.h"
 #include "model/trace.h"
@@ -214,7 +215,7 @@ int cmd_bench(int argc, char** argv) {
                "the memory read bandwidth probed in the same run, and RSS.",
                "k3 bench"};
   std::string model_path;
-  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = 1024, parallel = 1;
+  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = -1, parallel = 1;
   bool as_json = false, profile = false;
   app.add_option("-m,--model", model_path, "GGUF model")->required();
   app.add_option("-p,--n-prompt", p, "prompt tokens (0: skip)")->capture_default_str();
@@ -225,7 +226,9 @@ int cmd_bench(int argc, char** argv) {
                  "also decode -n tokens in each of N sequences: one forward over N single-token segments per step "
                  "(as k3 serve does) against N forwards per step, paired in each repetition")
       ->capture_default_str();
-  app.add_option("--membw-mib", membw_mib, "bandwidth probe buffer in MiB (0: no probe)")->capture_default_str();
+  app.add_option("--membw-mib", membw_mib,
+                 "bandwidth probe buffer in MiB (0: no probe; default 1024), lowered to half of the memory left to the "
+                 "process once the model is resident (cgroup limit included)");
   app.add_flag("--profile", profile, "also time one pp pass and the -n decodes by op (named intermediates)");
   app.add_flag("--json", as_json, "print one JSON object");
   cli::StreamFlags stream;
@@ -239,12 +242,14 @@ int cmd_bench(int argc, char** argv) {
   if (p == 0 && n == 0) fail("nothing to measure: -p and -n are both 0");
   if (reps < 1) fail("-r must be >= 1");
   if (parallel < 1) fail("--parallel must be >= 1");
-  if (membw_mib < 0) fail("--membw-mib must be >= 0");
+  if (membw_mib < -1) fail("--membw-mib must be >= 0");
+  const size_t probe_want = membw_mib < 0 ? kMembwProbeBytes : static_cast<size_t>(membw_mib) << 20;
+  size_t probe_bytes = 0;
 
   const auto t_load = Clock::now();
   auto m = model::Model::load(model_path);
   const double load_s = seconds_since(t_load);
-  auto store = cli::make_expert_store(*m, stream, as_json);
+  auto store = cli::make_expert_store(*m, stream, as_json, model::state_bytes(m->hparams(), std::max(p, n) + 1));
   const double prefault_s = prefault(*m, store != nullptr);
   const DecodeBytes db = decode_bytes(*m);
   double model_bytes = 0;
@@ -332,9 +337,18 @@ int cmd_bench(int argc, char** argv) {
     if (r == 0) {
       rss = read_rss();
       st_bytes = state_bytes(st);
-      if (membw_mib > 0) {
-        probe = std::make_unique<BigBuffer>(static_cast<size_t>(membw_mib) << 20);
-        read_pass(pool, *probe);  // warm: pages resident, workers awake
+      if (probe_want > 0) {
+        const uint64_t headroom = memory_headroom(static_cast<uint64_t>(rss.current));
+        probe_bytes = membw_probe_size(probe_want, headroom);
+        if (probe_bytes < probe_want)
+          std::fprintf(stderr, "k3 bench: bandwidth probe %s: %.0f MiB left to the process with the model resident%s\n",
+                       probe_bytes ? strprintf("lowered to %zu MiB", probe_bytes >> 20).c_str()
+                                   : strprintf("skipped (needs %zu MiB)", 2 * kMembwProbeMinBytes >> 20).c_str(),
+                       headroom / 1048576.0, cgroup_memory_limit() ? " (cgroup limit)" : "");
+        if (probe_bytes) {
+          probe = std::make_unique<BigBuffer>(probe_bytes);
+          read_pass(pool, *probe);  // warm: pages resident, workers awake
+        }
       }
     }
     if (probe) {
@@ -395,6 +409,7 @@ int cmd_bench(int argc, char** argv) {
     j["membw_gbps"] = probe_gbps.empty() ? json(nullptr) : json(membw);
     j["membw_best_gbps"] = probe_gbps.empty() ? json(nullptr) : json(membw_best);
     j["membw_samples"] = probe_gbps;
+    j["membw_probe_bytes"] = probe_bytes;
     j["roofline_fraction"] = ratios.empty() ? json(nullptr) : json(roofline);
     j["rss_bytes"] = rss.current, j["rss_peak_bytes"] = rss.peak;
     j["rss_anon_bytes"] = rss.anon, j["rss_file_bytes"] = rss.file;
@@ -427,9 +442,9 @@ int cmd_bench(int argc, char** argv) {
               "experts %.2f: k of E per MoE layer)\n",
               bpt / 1e6, db.trunk / 1e6, db.embd_row / 1e6, db.lm_head / 1e6, db.experts / 1e6);
   if (n > 0 && !probe_gbps.empty())
-    std::printf("generation: %.2f GB/s of weights; read bandwidth (probe, %d threads) %.2f GB/s median, %.2f best; "
-                "roofline fraction %.2f (median of per-repetition pairs)\n",
-                gbps, pool.size(), membw, membw_best, roofline);
+    std::printf("generation: %.2f GB/s of weights; read bandwidth (probe of %zu MiB, %d threads) %.2f GB/s median, "
+                "%.2f best; roofline fraction %.2f (median of per-repetition pairs)\n",
+                gbps, probe_bytes >> 20, pool.size(), membw, membw_best, roofline);
   std::printf("RSS: %.1f MB current, %.1f MB peak (file-backed %.1f MB, anonymous %.1f MB; state %.2f MB)\n",
               rss.current / 1e6, rss.peak / 1e6, rss.file / 1e6, rss.anon / 1e6, st_bytes / 1e6);
   if (store && n > 0) {

@@ -87,6 +87,8 @@ static int cmd_chat(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed (default: random)");
   app.add_option("--f16-rule", f16_rule, "amx | round (default: from the CPU)");
   app.add_flag("--show-prompt", show_prompt, "print each rendered prompt (debugging)");
+  cli::StreamFlags stream;
+  cli::add_stream_flags(app, stream);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -116,6 +118,8 @@ static int cmd_chat(int argc, char** argv) {
   eo.threads = cli::pick_threads(threads);
   eo.queue = 1;
   eo.f16_rule = cli::parse_f16_rule(f16_rule);
+  auto store = cli::make_expert_store(*m, stream, false, model::state_bytes(m->hparams(), eo.n_ctx));
+  eo.experts = store.get();
   server::Engine engine(*m, *tok, eo);
 
   std::signal(SIGINT, on_sigint);

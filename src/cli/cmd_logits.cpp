@@ -29,6 +29,8 @@ static int cmd_logits(int argc, char** argv) {
   app.add_option("-c,--ctx", n_ctx, "context size (default: the number of ids)");
   app.add_option("--dump", dump, "write named intermediates per layer to this directory (index.json + .f32 files)");
   app.add_option("--f16-rule", f16_rule, "amx | round: how F16 matrices round activations (default: from the CPU)");
+  cli::StreamFlags stream;
+  cli::add_stream_flags(app, stream);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -36,11 +38,14 @@ static int cmd_logits(int argc, char** argv) {
   }
   const std::vector<int32_t> ids = cli::parse_ids(ids_str);
   auto m = model::Model::load(model_path);
+  const int64_t ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(ids.size());
+  auto store = cli::make_expert_store(*m, stream, true, model::state_bytes(m->hparams(), ctx));
   ThreadPool pool(cli::pick_threads(threads));
   std::unique_ptr<model::DumpTrace> trace;
   if (!dump.empty()) trace = std::make_unique<model::DumpTrace>(dump);
   model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), trace.get()};
-  model::State st = m->new_state(n_ctx > 0 ? n_ctx : static_cast<int64_t>(ids.size()));
+  opt.experts = store.get();
+  model::State st = m->new_state(ctx);
 
   const int64_t n = static_cast<int64_t>(ids.size());
   int64_t step = n;

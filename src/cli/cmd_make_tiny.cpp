@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "convert/hf_writer.h"
+#include "convert/progress.h"
 #include "model/hparams.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
@@ -35,7 +36,9 @@ static int cmd_make_tiny(int argc, char** argv) {
   app.add_option("--out,-o", out, "output GGUF path")->required();
   std::string hf_dir;
   app.add_option("--hf-dir", hf_dir, "also write the same weights as a Hugging Face checkpoint (real K3 layout) to DIR");
-  app.add_option("--preset", preset, "tiny | small | medium (medium: a few GB, for benchmarks)");
+  app.add_option("--preset", preset,
+                 "tiny | small | medium | k3-slice (medium: a few GB, for benchmarks; k3-slice: Kimi-K3's real widths "
+                 "and vocabulary with --layers N, ~12 GB per MoE layer)");
   app.add_option("--seed", o.seed, "RNG seed")->capture_default_str();
   app.add_option("--type", type, "type of 2-D matrices: f32 f16 bf16 q8_0 q4_0 ... (default: preset's)");
   app.add_option("--expert-type", expert_type, "type of expert stacks: f32 f16 bf16 q8_0 mxfp4 ...");
@@ -59,7 +62,8 @@ static int cmd_make_tiny(int argc, char** argv) {
   app.add_option("--dense-layers", o.n_dense, "leading dense layers")->capture_default_str();
   app.add_option("--attn-res-block", o.attn_res_block, "AttnRes block size (0: off)")->capture_default_str();
   app.add_option("--mla-every", o.mla_every, "MLA on every Nth layer (1-based), plus the last")->capture_default_str();
-  app.add_option("--vocab", o.n_vocab, "vocabulary size (ranked + 256 special ids)")->capture_default_str();
+  app.add_option("--vocab", o.n_vocab, "vocabulary size, up to 163840 (ranked + reserved + 256 special ids)")
+      ->capture_default_str();
   app.add_option("--ctx", o.n_ctx, "context_length")->capture_default_str();
   app.add_option("--rms-eps", o.rms_eps, "RMS-norm epsilon")->capture_default_str();
   app.add_option("--gate-lb", o.gate_lb, "KDA gate lower bound")->capture_default_str();
@@ -76,6 +80,7 @@ static int cmd_make_tiny(int argc, char** argv) {
   bool no_norm = false, quiet = false;
   app.add_flag("--no-weights-norm", no_norm, "do not renormalise the top-k weights");
   app.add_flag("--quiet,-q", quiet, "no progress output");
+  app.add_option("-t,--threads", o.threads, "generator threads (default: all CPUs; the weights do not depend on it)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -94,14 +99,18 @@ static int cmd_make_tiny(int argc, char** argv) {
   if (!quiet) std::fprintf(stderr, "make-tiny: %s\n", hp.summary().c_str());
   uint64_t total = 0;  // progress only for large files
   model::for_each_tensor(hp, [&](const model::TensorRef& r) {
-    const GgmlType t = model::synth_tensor_type(o, r.name, r.shape.ne[0], r.def.types == model::TypeRule::KeepF32,
-                                                r.def.types == model::TypeRule::Experts);
+    const GgmlType t = model::synth_tensor_type(o, r.name, r.shape.ne[0], r.def.types);
     total += row_size(t, r.shape.ne[0]) * r.shape.ne[1] * r.shape.ne[2] * r.shape.ne[3];
   });
   if (!quiet) std::fprintf(stderr, "make-tiny: %.1f MiB\n", total / 1048576.0);
-  model::write_synthetic(out, o, [&](size_t i, size_t n, const std::string& name) {
-    if (!quiet && total > (256u << 20) && i % 10 == 0) std::fprintf(stderr, "make-tiny: [%zu/%zu] %s\n", i, n, name.c_str());
-  });
+  {
+    convert::Progress bar(!quiet && total > (256u << 20));
+    bar.set_total(total, 1);
+    const int slot = bar.begin("make-tiny " + out, total);
+    model::write_synthetic(out, o, [&](uint64_t bytes, const std::string&) { bar.add(slot, bytes); });
+    bar.end(slot, "make-tiny: " + convert::Progress::human_bytes(static_cast<double>(total)) + " generated");
+    bar.stop();
+  }
   if (!quiet) std::fprintf(stderr, "make-tiny: wrote %s (%zu tensors)\n", out.c_str(), model::tensor_count(hp));
   if (!hf_dir.empty()) {
     convert::write_hf_checkpoint(out, hf_dir);

@@ -20,7 +20,7 @@ int cmd_perplexity(int argc, char** argv) {
   cli::ChunkedText ct;
   std::string save_base, kl_base, json_path;
   bool quiet = false;
-  ct.add_options(app, "text file", "tokens per chunk", "score at most N chunks (0: all)");
+  ct.add_options(app, "text file", "tokens per chunk", "score at most N chunks (0: all)", true);
   app.add_option("--save-kl-base", save_base, "write this model's log-probabilities as a KL base file");
   app.add_option("--kl-base", kl_base, "compare with the KL base file of a reference model");
   app.add_option("--json", json_path, "write the results as JSON to this file");

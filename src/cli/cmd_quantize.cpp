@@ -34,9 +34,10 @@ std::string recipe_help() {
   std::string s = "TYPE is a ggml type (every quantizable matrix gets it) or a Kimi-K3 recipe:\n";
   for (const auto& r : quant::recipes())
     s += strprintf("  %-10s file_type %2u  %s\n", r.name.c_str(), r.file_type, r.description.c_str());
-  s += "Always F32: norms, biases, the router ffn_gate_inp, ssm_conv1d_*, score vectors, ssm_a and every 1-D "
-       "tensor.\nRows that do not divide into the type's blocks fall back (quant-formats.md §9): Q2_K/Q3_K -> Q4_0, "
-       "Q4_K -> Q5_0,\nQ5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16.\n";
+  s += "Always F32: norms, biases, ssm_conv1d_*, score vectors, ssm_a and every 1-D tensor. The router\n"
+       "ffn_gate_inp stays F32 unless a --tensor-type rule names it.\n"
+       "Rows that do not divide into the type's blocks fall back (quant-formats.md §9): Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0,\n"
+       "Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16.\n";
   return s;
 }
 

@@ -64,8 +64,6 @@ static int cmd_run(int argc, char** argv) {
   } catch (const Error& e) {
     if (ids_str.empty()) fail("%s: no usable tokenizer (%s); pass --ids", model_path.c_str(), e.what());
   }
-  auto store = cli::make_expert_store(*m, stream, json);
-  const double load_ms = ms_since(t_load);
 
   std::vector<int32_t> prompt_ids;
   if (!ids_str.empty()) prompt_ids = cli::parse_ids(ids_str);
@@ -75,6 +73,8 @@ static int cmd_run(int argc, char** argv) {
   if (static_cast<int64_t>(prompt_ids.size()) > ctx)
     fail("the prompt has %zu tokens, more than the context size %lld (use -c to raise it)", prompt_ids.size(),
          static_cast<long long>(ctx));
+  auto store = cli::make_expert_store(*m, stream, json, model::state_bytes(m->hparams(), ctx));
+  const double load_ms = ms_since(t_load);
 
   const uint32_t eos_key = m->meta().get_u32_or("tokenizer.ggml.eos_token_id", UINT32_MAX);
   auto is_eog = [&](int32_t id) { return tok ? tok->is_eog(id) : static_cast<uint32_t>(id) == eos_key; };

@@ -59,10 +59,9 @@ static int cmd_serve(int argc, char** argv) {
   if (o.api_key.empty())
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");
-  if (stream.enabled())
-    o.make_experts = [stream](const model::Model& m) { return cli::make_expert_store(m, stream); };
-  else if (!stream.warmup.empty() || stream.pin > 0)
-    fail("--warmup and --pin-hot need --expert-cache");
+  o.make_experts = [stream](const model::Model& m, uint64_t state_bytes) {
+    return cli::make_expert_store(m, stream, false, state_bytes);
+  };
   if (max_body_mb <= 0 || max_body_mb > 1024) fail("--max-body-mb must be in (0, 1024]");
   o.http.max_body = static_cast<size_t>(max_body_mb * 1024 * 1024);
   const int queue = o.queue >= 0 ? o.queue : 8 * o.parallel;

@@ -67,8 +67,9 @@ std::string builtin_model_path() {
 
 void add_stream_flags(CLI::App& app, StreamFlags& f) {
   app.add_option("--expert-cache", f.cache,
-                 "stream routed experts from disk into a cache of SIZE bytes (K/M/G suffix) or 'auto' (from the "
-                 "memory available, cgroup limit included)");
+                 "stream routed experts from disk into a cache of SIZE bytes (K/M/G suffix), 'auto' (sized from the "
+                 "memory available, cgroup limit included) or 'off' (map them); default: auto when the mapped model "
+                 "does not fit in the memory available, else off");
   app.add_option("--cache-policy", f.policy, "expert cache eviction: freq (frequency-aware) | lru")
       ->capture_default_str();
   app.add_flag("--no-prefetch", f.no_prefetch, "do not prefetch the next layer's predicted experts");
@@ -82,15 +83,28 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
                  "--expert-cache auto unless given)");
 }
 
-std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet) {
-  if (!f.enabled()) {
+std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet,
+                                                      uint64_t state_bytes) {
+  if (f.cache == "off" && !f.trace.empty()) fail("--routing-trace streams experts; it cannot go with --expert-cache off");
+  bool stream = !f.cache.empty() || !f.trace.empty();
+  if (f.cache.empty() && f.trace.empty()) {
+    const uint64_t file = model::file_bytes(m), avail = available_memory();
+    stream = model::auto_stream(file, model::expert_stack_bytes(m), state_bytes, avail);
+    if (stream)
+      std::fprintf(stderr,
+                   "k3: the model (%.2f GB) does not fit in the memory available to this process (%.2f GB, cgroup "
+                   "limit included): streaming routed experts (--expert-cache auto; --expert-cache off maps them)\n",
+                   file / 1e9, avail / 1e9);
+  }
+  if (f.cache == "off") stream = false;
+  if (!stream) {
     if (!f.warmup.empty() || f.pin > 0) fail("--warmup and --pin-hot need --expert-cache");
     return nullptr;
   }
   if (f.pin < 0 || f.pin > 1) fail("--pin-hot: expected a fraction in [0, 1], got %g", f.pin);
   if (f.io_threads < 1) fail("--io-threads must be >= 1");
   model::ExpertStoreOptions o;
-  if (!f.cache.empty() && f.cache != "auto") {
+  if (!f.cache.empty() && f.cache != "auto" && f.cache != "off") {
     try {
       o.budget_bytes = model::parse_size(f.cache);
     } catch (const Error& e) {

@@ -27,17 +27,20 @@ std::string builtin_model_path();
 
 // Streaming routed experts from disk (model/expert_store.h): flags shared by run, bench and serve.
 struct StreamFlags {
-  std::string cache;    // --expert-cache SIZE | auto ("": experts stay mapped)
+  std::string cache;    // --expert-cache SIZE | auto | off ("": stream if the mapped model does not fit)
   std::string warmup;   // --warmup uniform | TRACE
   std::string trace;    // --routing-trace FILE
   std::string policy = "freq";
   double pin = 0;
   int io_threads = 8;
   bool no_prefetch = false, no_uring = false;
-  bool enabled() const { return !cache.empty() || !trace.empty(); }
 };
 void add_stream_flags(CLI::App& app, StreamFlags& f);
-// The store the flags ask for (null when not streaming), warmed up if asked.
-std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet = false);
+// The store the flags ask for, warmed up if asked, or null when the experts stay mapped: with
+// --expert-cache off, or without the flag when the mapped model fits in the memory available
+// (model::auto_stream; state_bytes: the command's sequence state); streaming chosen that way is
+// announced on stderr in one line.
+std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet = false,
+                                                      uint64_t state_bytes = 0);
 
 }  // namespace k3::cli

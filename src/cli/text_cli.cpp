@@ -10,13 +10,16 @@
 
 namespace k3::cli {
 
-void ChunkedText::add_options(CLI::App& app, const char* text_help, const char* ctx_help, const char* chunks_help) {
+void ChunkedText::add_options(CLI::App& app, const char* text_help, const char* ctx_help, const char* chunks_help,
+                              bool stream) {
   app.add_option("-m,--model", model_path, "GGUF model")->required();
   app.add_option("-f,--file", text_path, text_help)->required();
   app.add_option("-c,--ctx", o.n_ctx, ctx_help)->capture_default_str();
   app.add_option("-b,--batch", o.n_batch, "tokens per forward pass")->capture_default_str();
   app.add_option("--chunks", o.max_chunks, chunks_help)->capture_default_str();
   app.add_option("-t,--threads", threads, "threads (default: all CPUs)");
+  stream_ = stream;
+  if (stream) add_stream_flags(app, stream_flags_);
 }
 
 void ChunkedText::load(const char* what) {
@@ -25,6 +28,10 @@ void ChunkedText::load(const char* what) {
   if (!f) fail("cannot read '%s'", text_path.c_str());
   const std::string text(std::istreambuf_iterator<char>(f), {});
   model = model::Model::load(model_path);
+  if (stream_) {
+    experts = make_expert_store(*model, stream_flags_, false, model::state_bytes(model->hparams(), o.n_ctx));
+    o.experts = experts.get();
+  }
   tokens = tok::Tokenizer::from_metadata(model->meta())->encode(text, false);
   n_chunks = quant::count_chunks(static_cast<int64_t>(tokens.size()), o);
   std::fprintf(stderr, "%s: %zu tokens, %lld chunks of %lld\n", what, tokens.size(), static_cast<long long>(n_chunks),

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/model_cli.h"
 #include "model/model.h"
 #include "quantize/perplexity.h"
 
@@ -16,14 +17,22 @@ struct ChunkedText {
   quant::PplOptions o;
   int threads = 0;
   std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::ExpertStore> experts;  // set in o.experts when streaming
   std::vector<int32_t> tokens;
   int64_t n_chunks = 0;
 
-  // -m, -f, -c, -b, --chunks and -t, with these descriptions of the text, -c and --chunks.
-  void add_options(CLI::App& app, const char* text_help, const char* ctx_help, const char* chunks_help);
-  // After parsing: loads the model, tokenizes the text with its tokenizer, counts the chunks and
-  // prints "<what>: N tokens, C chunks of c" on stderr.
+  // -m, -f, -c, -b, --chunks and -t, with these descriptions of the text, -c and --chunks; with
+  // `stream`, the expert-streaming flags too (model_cli.h).
+  void add_options(CLI::App& app, const char* text_help, const char* ctx_help, const char* chunks_help,
+                   bool stream = false);
+  // After parsing: loads the model (and the expert store the flags or the memory ask for),
+  // tokenizes the text with its tokenizer, counts the chunks and prints "<what>: N tokens, C
+  // chunks of c" on stderr.
   void load(const char* what);
+
+ private:
+  bool stream_ = false;
+  StreamFlags stream_flags_;
 };
 
 }  // namespace k3::cli

@@ -10,13 +10,14 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/sysmem.h"
 
 namespace k3 {
 
 void populate_pages(const void* p, size_t n) {
   if (!p || n == 0) return;
-  const long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
-  if (page <= 0 || pages <= 0 || n / static_cast<size_t>(page) > static_cast<size_t>(pages) / 2) return;
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || n > available_memory() / 2) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(page - 1);
   void* start = reinterpret_cast<void*>(a);
   const size_t len = reinterpret_cast<uintptr_t>(p) + n - a;

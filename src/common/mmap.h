@@ -8,8 +8,9 @@ namespace k3 {
 
 // Faults the pages of [p, p + n) in (read-only file mapping) so that the first reads do not each
 // pay a page fault: MADV_POPULATE_READ where the kernel has it (as MAP_POPULATE does at map time),
-// else MADV_WILLNEED read-ahead. Skipped when the range exceeds half of physical memory (it would
-// only evict itself). Advisory: failures are ignored.
+// else MADV_WILLNEED read-ahead. Skipped when the range exceeds half of the memory available to the
+// process (common/sysmem.h, cgroup limit included): it would only evict itself. Advisory: failures
+// are ignored.
 void populate_pages(const void* p, size_t n);
 
 class MappedFile {

@@ -298,7 +298,9 @@ class Builder {
           if (!same_shape(reversed(s.ref.t->shape), t.ne))
             bad(s, g, strprintf("shape %s, expected %s", s.ref.t->shape_string().c_str(), shape_str(hf_of(t.ne)).c_str()));
           t.src = {s.ref};
-          t.type = r.def.types == model::TypeRule::KeepF32 ? GgmlType::F32 : float_out(opt_.outtype, s.ref.t->dtype);
+          t.type = r.def.types == model::TypeRule::KeepF32 || r.def.types == model::TypeRule::Router
+                       ? GgmlType::F32
+                       : float_out(opt_.outtype, s.ref.t->dtype);
           t.src_bytes = s.ref.t->nbytes();
           break;
         }

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "tensor/matvec.h"
 #include "model/ops.h"
 #include "tensor/kernels.h"
 
@@ -21,31 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-
-// First number in a file, or 0.
-uint64_t read_u64_file(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return 0;
-  char buf[64] = {0};
-  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
-  std::fclose(f);
-  if (!ok || buf[0] < '0' || buf[0] > '9') return 0;  // "max" (v2, no limit)
-  return std::strtoull(buf, nullptr, 10);
-}
-
-// cgroup v1: the smallest limit on the path to the root (memory.stat's hierarchical_memory_limit).
-uint64_t v1_limit(const std::string& dir) {
-  uint64_t limit = read_u64_file(dir + "/memory.limit_in_bytes");
-  if (FILE* f = std::fopen((dir + "/memory.stat").c_str(), "r")) {
-    char line[256];
-    unsigned long long v = 0;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "hierarchical_memory_limit %llu", &v) == 1 && v > 0)
-        limit = limit ? std::min<uint64_t>(limit, v) : v;
-    std::fclose(f);
-  }
-  return limit;
-}
 
 }  // namespace
 
@@ -69,35 +45,6 @@ uint64_t parse_size(const std::string& s) {
   return static_cast<uint64_t>(v * mul);
 }
 
-uint64_t available_memory() {
-  uint64_t avail = 0;
-  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lu kB", &avail) == 1) {
-        avail *= 1024;
-        break;
-      }
-    std::fclose(f);
-  }
-  // The process's cgroup: "0::/path" (v2) or "N:memory:/path" (v1).
-  if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
-    char line[1024];
-    while (std::fgets(line, sizeof line, f)) {
-      std::string l(line);
-      if (!l.empty() && l.back() == '\n') l.pop_back();
-      uint64_t limit = 0;
-      if (l.rfind("0::", 0) == 0)
-        limit = read_u64_file("/sys/fs/cgroup" + l.substr(3) + "/memory.max");
-      else if (const size_t p = l.find(":memory:"); p != std::string::npos)
-        limit = v1_limit("/sys/fs/cgroup/memory" + l.substr(p + 8));
-      if (limit > 0 && (avail == 0 || limit < avail)) avail = limit;
-    }
-    std::fclose(f);
-  }
-  return avail;
-}
-
 uint64_t expert_stack_bytes(const Model& m) {
   uint64_t n = 0;
   for (const auto& l : m.weights().layers)
@@ -106,14 +53,23 @@ uint64_t expert_stack_bytes(const Model& m) {
   return n;
 }
 
+uint64_t file_bytes(const Model& m) {
+  uint64_t n = 0;
+  for (const auto& f : m.file().files()) n += f->size();
+  return n;
+}
+
+uint64_t memory_reserve(uint64_t available) { return std::max<uint64_t>(256ull << 20, available / 10); }
+
 uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes) {
-  uint64_t file = 0;
-  for (const auto& f : m.file().files()) file += f->size();
-  const uint64_t trunk = file - expert_stack_bytes(m);
+  const uint64_t trunk = file_bytes(m) - expert_stack_bytes(m);
   const uint64_t avail = available_memory();
-  const uint64_t reserve = std::max<uint64_t>(256ull << 20, avail / 10);
-  const uint64_t need = trunk + state_bytes + reserve;
+  const uint64_t need = trunk + state_bytes + memory_reserve(avail);
   return avail > need ? avail - need : 0;
+}
+
+bool auto_stream(uint64_t file_bytes, uint64_t expert_bytes, uint64_t state_bytes, uint64_t available) {
+  return expert_bytes > 0 && available > 0 && file_bytes + state_bytes + memory_reserve(available) > available;
 }
 
 ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o_(o) {
@@ -275,17 +231,18 @@ void ExpertStore::predict(uint32_t il, const float* x, int64_t T) {
   const HParams& hp = m_.hparams();
   const LayerWeights& lw = m_.weights().layers[il];
   const int64_t H = hp.n_embd, k = hp.n_expert_used[il];
-  const float* W = lw.gate_inp.f32();
+  const Tensor& R = lw.gate_inp;  // any type (registry: TypeRule::Router)
+  const size_t r_row = row_size(R.type, H);
   const float* bias = lw.exp_probs_b.f32();
-  const auto dot = kernels(GgmlType::F32).vec_dot;  // SIMD: this runs on the decode path
+  const auto dot = kernels(R.type).vec_dot;  // SIMD: this runs on the decode path
   std::vector<float>& p = pred_p_;
   std::vector<int32_t>& idx = pred_idx_;
   std::vector<char>& mark = pred_mark_;
   p.assign(E_, 0.0f), idx.assign(E_, 0), mark.assign(E_, 0);
   guess_.clear();
   for (int64_t t = std::max<int64_t>(0, T - 8); t < T; ++t) {  // a long batch uses nearly every expert anyway
-    const float* xt = x + t * H;
-    for (int32_t e = 0; e < E_; ++e) dot(H, &p[e], W + e * H, xt);
+    const void* xt = quantize_activation(R.type, x + t * H, H, pred_xq_);
+    for (int32_t e = 0; e < E_; ++e) dot(H, &p[e], static_cast<const uint8_t*>(R.data) + e * r_row, xt);
     if (hp.gating == Gating::Sigmoid)
       for (float& v : p) v = ops::sigmoid(v);
     else

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sysmem.h"
 #include "model/cache_policy.h"
 #include "model/expert_io.h"
 #include "model/expert_source.h"
@@ -54,12 +55,18 @@ struct ExpertStats {
 
 // "512M", "2G", "1048576", "1.5G" (K/M/G/T: powers of 1024); throws naming the flag value.
 uint64_t parse_size(const std::string& s);
-// Memory the process may use (MemAvailable, capped by a cgroup v1 or v2 limit), in bytes.
-uint64_t available_memory();
-// Cache budget from available_memory(): minus the non-expert part of the file (the trunk), the
-// state, and room for the OS and scratch (256 MiB or 10%, whichever is larger; a 1 GiB group running
-// a 2 GB model peaked at trunk + cache + 100 MiB).
+// Room left for the OS and scratch when sizing from available memory: 256 MiB or 10 %, whichever
+// is larger (a 1 GiB group running a 2 GB model peaked at trunk + cache + 100 MiB).
+uint64_t memory_reserve(uint64_t available);
+// Cache budget from available_memory() (common/sysmem.h): minus the non-expert part of the file
+// (the trunk), the state and memory_reserve().
 uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes);
+// Whether to stream the routed experts when the user did not choose: mapping the whole file
+// (file_bytes, of which expert_bytes are expert stacks) plus the state and memory_reserve() would
+// exceed `available`, and there are experts to stream.
+bool auto_stream(uint64_t file_bytes, uint64_t expert_bytes, uint64_t state_bytes, uint64_t available);
+// Bytes of the model's files.
+uint64_t file_bytes(const Model& m);
 // Bytes of the routed expert stacks in the model's files.
 uint64_t expert_stack_bytes(const Model& m);
 
@@ -129,6 +136,7 @@ class ExpertStore : public ExpertSource {
   std::vector<float> pred_p_;
   std::vector<int32_t> pred_idx_, guess_;
   std::vector<char> pred_mark_;
+  std::vector<uint8_t> pred_xq_;  // the router input in its partner format
   // Prefetching spends drive time on mispredictions, so it runs only while the drive has time to
   // spare: the share of wall time with reads in flight, measured over windows of kUtilWindowS.
   static constexpr double kUtilWindowS = 0.5, kMaxUtil = 0.7;

@@ -107,7 +107,7 @@ static const TensorDef kDefs[] = {
    [](HP hp, uint32_t il) { return S(hp.n_ff[il], hp.n_embd); }, nullptr, &LW::ffn_down},
 
   // ---- latent MoE (model.md §4.6) ----
-  {"blk.%u.ffn_gate_inp.weight", L "block_sparse_moe.gate.weight", Scope::MoE, When::Always, TypeRule::KeepF32, Transform::ToF32,
+  {"blk.%u.ffn_gate_inp.weight", L "block_sparse_moe.gate.weight", Scope::MoE, When::Always, TypeRule::Router, Transform::ToF32,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.n_expert); }, nullptr, &LW::gate_inp},
   {"blk.%u.exp_probs_b.bias", L "block_sparse_moe.gate.e_score_correction_bias", Scope::MoE, When::Always, TypeRule::KeepF32,
    Transform::ToF32, [](HP hp, uint32_t) { return S(hp.n_expert); }, nullptr, &LW::exp_probs_b},
@@ -202,7 +202,9 @@ bool type_allowed(const TensorDef& def, GgmlType t, int64_t ne0, std::string* wh
   const TypeInfo& ti = type_info(t);
   if (def.types == TypeRule::KeepF32) {
     if (t == GgmlType::F32) return true;
-    if (why) *why = strprintf("has type %s, must be f32", ti.name);
+    if (why)
+      *why = strprintf("has type %s, must be f32 (kimi-k3 applies it element-wise%s, which llama.cpp computes only in f32)",
+                       ti.name, def.transform == Transform::ReshapeConv ? " in the short convolution" : "");
     return false;
   }
   if (!ti.computable || t == GgmlType::Q8_1 || t == GgmlType::Q8_K) {  // Q8_1/Q8_K: activation formats only

@@ -16,10 +16,12 @@ namespace k3::model {
 enum class Scope : uint8_t { Global, Layer, KDA, MLA, Dense, MoE };
 // Extra condition on top of the scope.
 enum class When : uint8_t { Always, AttnRes, QLora, NoQLora, AttnGate, Latent, RoutedNorm, Shexp };
-// Allowed storage types. KeepF32: norms, gains, router, conv, score vectors, biases, ssm_a (never
-// quantized). Matrix: any type k3 can compute whose block size divides ne0. Experts: the same,
-// for 3-D stacks used through mul_mat_id.
-enum class TypeRule : uint8_t { KeepF32, Matrix, Experts };
+// Allowed storage types. KeepF32: norms, gains, conv, score vectors, biases, ssm_a (llama.cpp's
+// graph uses them element-wise or in ssm_conv, which its CPU backend computes only in F32).
+// Matrix: any type k3 can compute whose block size divides ne0. Experts: the same, for 3-D stacks
+// used through mul_mat_id. Router: a Matrix that the converter and the quantizer's recipes keep in
+// F32, as llama-quantize does, unless a user rule names it (routing decisions are sensitive).
+enum class TypeRule : uint8_t { KeepF32, Matrix, Experts, Router };
 // What the converter does to the HF source (conversion.md §2-§4).
 enum class Transform : uint8_t { None, ToF32, FuseScore, ReshapeConv, NegExpALog, SplitKb, SplitVb, StackExperts };
 

@@ -30,6 +30,19 @@ void State::reset() {
   n_past_ = 0;
 }
 
+uint64_t state_bytes(const HParams& hp, int64_t n_ctx) {
+  uint64_t n = 0;
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.attn_kind(il) == AttnKind::KDA) {
+      const uint64_t D = hp.d_inner(il), d = hp.kda_head_dim;
+      n += 3 * D * (hp.ssm_d_conv - 1) + static_cast<uint64_t>(hp.n_head[il]) * d * d;
+    } else {
+      n += static_cast<uint64_t>(n_ctx) * hp.mla_row();
+    }
+  }
+  return n * sizeof(float);
+}
+
 double State::max_abs_diff(const State& a, const State& b) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (a.n_past_ != b.n_past_ || a.layers.size() != b.layers.size()) return inf;

@@ -38,6 +38,9 @@ class State {
   int64_t n_past_ = 0;
 };
 
+// Bytes of one sequence's state at a full context of n_ctx tokens (KDA states + MLA rows).
+uint64_t state_bytes(const HParams& hp, int64_t n_ctx);
+
 // A segment of a batch as the layers see it: rows [row0, row0+n) of the batch's activations are
 // the tokens at positions n_past .. n_past+n-1 of `state`.
 struct SegRows {

@@ -58,6 +58,7 @@ static std::vector<std::string> pieces(const std::string& s) {
 
 tok::VocabSpec synth_vocab(uint32_t n_vocab) {
   if (n_vocab < 2 * kSynthSpecials) fail("vocabulary size %u is too small (at least %u)", n_vocab, 2 * kSynthSpecials);
+  if (n_vocab > kMaxSynthVocab) fail("vocabulary size %u is too large (at most %u, Kimi-K3's)", n_vocab, kMaxSynthVocab);
   const size_t n_ranked = n_vocab - kSynthSpecials;
   tok::VocabSpec spec;
   for (int b = 0; b < 256; ++b) spec.ranked.push_back(std::string(1, static_cast<char>(b)));
@@ -75,7 +76,7 @@ tok::VocabSpec synth_vocab(uint32_t n_vocab) {
     std::map<std::pair<std::string, std::string>, int> pairs;
     for (const auto& [toks, c] : words)
       for (size_t i = 0; i + 1 < toks.size(); ++i) pairs[{toks[i], toks[i + 1]}] += c;
-    if (pairs.empty()) fail("vocabulary size %u is too large for the built-in text", n_vocab);
+    if (pairs.empty()) break;  // the text has no more merges: the rest are reserved ids
     auto best = pairs.begin();
     for (auto it = pairs.begin(); it != pairs.end(); ++it)
       if (it->second > best->second) best = it;  // ties: first in map order
@@ -96,7 +97,7 @@ tok::VocabSpec synth_vocab(uint32_t n_vocab) {
     }
   }
 
-  const int32_t base = static_cast<int32_t>(n_ranked);
+  const int32_t base = static_cast<int32_t>(n_ranked);  // ids from spec.ranked.size() to here: reserved
   const std::pair<int, const char*> specials[] = {
       {0, "[BOS]"}, {1, "[EOS]"}, {2, "<|end_of_msg|>"}, {3, "<|open|>"}, {4, "<|close|>"}, {5, "<|sep|>"},
       {6, "[start_header_id]"}, {7, "[end_header_id]"}, {9, "[EOT]"}, {18, "<|media_begin|>"},

@@ -10,6 +10,7 @@
 #include "model/synth_vocab.h"
 #include "tensor/fp16.h"
 #include "tensor/kernels.h"
+#include "tensor/threadpool.h"
 #include "tokenizer/vocab.h"
 
 namespace k3::model {
@@ -32,7 +33,15 @@ SynthOptions synth_preset(const std::string& preset) {
     o.type = GgmlType::BF16, o.expert_type = GgmlType::MXFP4;
     return o;
   }
-  fail("unknown preset '%s' (tiny, small, medium)", preset.c_str());
+  if (preset == "k3-slice") {  // Kimi-K3's own widths (model.md §2) with a few layers: real-scale benchmarks
+    o.n_layer = 3, o.n_embd = 7168, o.n_head = 96, o.head_dim = 128;
+    o.q_lora = 1536, o.kv_lora = 512, o.qk_nope = 128, o.qk_rope = 64, o.v_head = 128;
+    o.n_expert = 896, o.n_expert_used = 16, o.n_ff_exp = 3072, o.latent = 3584, o.n_shared = 2;
+    o.n_ff = 33792, o.attn_res_block = 12, o.n_vocab = 163840, o.n_ctx = 1048576;
+    o.type = GgmlType::Q8_0, o.expert_type = GgmlType::MXFP4;
+    return o;
+  }
+  fail("unknown preset '%s' (tiny, small, medium, k3-slice)", preset.c_str());
 }
 
 HParams synth_hparams(const SynthOptions& o) {
@@ -74,9 +83,9 @@ HParams synth_hparams(const SynthOptions& o) {
   return hp;
 }
 
-GgmlType synth_tensor_type(const SynthOptions& o, const std::string& name, int64_t ne0, bool keep_f32, bool expert) {
-  if (keep_f32) return GgmlType::F32;
-  GgmlType t = expert ? o.expert_type : o.type;
+GgmlType synth_tensor_type(const SynthOptions& o, const std::string& name, int64_t ne0, TypeRule rule) {
+  if (rule == TypeRule::KeepF32) return GgmlType::F32;
+  GgmlType t = rule == TypeRule::Router ? GgmlType::F32 : rule == TypeRule::Experts ? o.expert_type : o.type;
   const bool kbvb = name.find("attn_k_b") != std::string::npos || name.find("attn_v_b") != std::string::npos;
   if (kbvb && t != GgmlType::F32) t = GgmlType::BF16;
   for (const auto& [pat, ty] : o.tensor_types)
@@ -87,13 +96,16 @@ GgmlType synth_tensor_type(const SynthOptions& o, const std::string& name, int64
 namespace {
 
 // Deterministic per-tensor normal generator (splitmix64 + Box-Muller): a tensor's values depend
-// only on the seed and its name, not on the order of writing.
+// only on the seed, its name and its shape, not on the order of writing or the threads.
 struct Rng {
   uint64_t s;
   bool have = false;
   double spare = 0;
-  Rng(uint64_t seed, const std::string& name) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567) {
+  // Chunk c of a tensor has its own stream (chunk 0's is the tensor's), so chunks can be generated
+  // in any order and on any thread.
+  Rng(uint64_t seed, const std::string& name, uint64_t chunk = 0) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567) {
     for (unsigned char c : name) s = (s ^ c) * 0x100000001B3ull;
+    s += chunk * 0xD1B54A32D192ED03ull;
   }
   uint64_t next() {
     uint64_t z = (s += 0x9E3779B97F4A7C15ull);
@@ -145,10 +157,24 @@ void init_values(const SynthOptions& o, const HParams& hp, Rng& rng, const std::
   return normal(0, 1.0 / std::sqrt(fan_in));  // matrices: N(0, 1/fan_in)
 }
 
+// nr rows of ne0 floats in `type` (F32/F16/BF16 converted, other types quantized) into out.
+void encode_rows(GgmlType type, const float* f, int64_t nr, int64_t ne0, std::vector<uint8_t>& out) {
+  const int64_t n = nr * ne0;
+  out.resize(row_size(type, ne0) * nr);
+  if (type == GgmlType::F32) {
+    std::memcpy(out.data(), f, out.size());
+  } else if (type == GgmlType::F16 || type == GgmlType::BF16) {
+    auto* d = reinterpret_cast<uint16_t*>(out.data());
+    for (int64_t j = 0; j < n; ++j) d[j] = type == GgmlType::F16 ? fp32_to_fp16(f[j]) : fp32_to_bf16(f[j]);
+  } else {
+    quantize_rows(type, f, out.data(), nr, ne0, nullptr);
+  }
+}
+
 }  // namespace
 
 void write_synthetic(const std::string& path, const SynthOptions& o,
-                     const std::function<void(size_t, size_t, const std::string&)>& progress) {
+                     const std::function<void(uint64_t, const std::string&)>& progress) {
   const HParams hp = synth_hparams(o);
   gguf::Metadata meta;
   hp.to_metadata(meta);
@@ -166,8 +192,7 @@ void write_synthetic(const std::string& path, const SynthOptions& o,
   std::vector<Plan> plan;
   std::vector<gguf::TensorSpec> specs;
   for_each_tensor(hp, [&](const TensorRef& r) {
-    const GgmlType t = synth_tensor_type(o, r.name, r.shape.ne[0], r.def.types == TypeRule::KeepF32,
-                                         r.def.types == TypeRule::Experts);
+    const GgmlType t = synth_tensor_type(o, r.name, r.shape.ne[0], r.def.types);
     std::string why;
     if (!type_allowed(r.def, t, r.shape.ne[0], &why)) fail("make-tiny: tensor '%s' %s", r.name.c_str(), why.c_str());
     if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && !can_quantize(t))
@@ -177,33 +202,37 @@ void write_synthetic(const std::string& path, const SynthOptions& o,
   });
 
   gguf::Writer writer(path, std::move(meta), specs);
-  constexpr int64_t kChunk = 1 << 22;  // floats generated at a time (whole rows)
-  std::vector<float> buf;
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const Plan& p = plan[i];
-    if (progress) progress(i, plan.size(), p.name);
-    Rng rng(o.seed, p.name);
+  // Whole rows of about kChunk floats per unit of work; a round of up to kRound units is made in
+  // parallel, then written in order.
+  constexpr int64_t kChunk = 1 << 22;
+  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+  const int64_t kRound = 2 * pool.size();
+  struct Unit {
+    std::vector<float> f;
+    std::vector<uint8_t> out;
+  };
+  std::vector<Unit> units(static_cast<size_t>(kRound));
+  for (const Plan& p : plan) {
     const int64_t ne0 = p.ne[0], rows = p.ne[1] * p.ne[2] * p.ne[3];
     const int64_t rows_per = std::max<int64_t>(1, kChunk / ne0);
-    for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
-      const int64_t nr = std::min(rows_per, rows - r0);
-      buf.resize(nr * ne0);
-      init_values(o, hp, rng, p.name, p.ne, buf.data(), nr * ne0);
-      const size_t bytes = row_size(p.type, ne0) * nr;
-      out.resize(bytes);
-      if (p.type == GgmlType::F32) {
-        std::memcpy(out.data(), buf.data(), bytes);
-      } else if (p.type == GgmlType::F16) {
-        auto* d = reinterpret_cast<uint16_t*>(out.data());
-        for (int64_t j = 0; j < nr * ne0; ++j) d[j] = fp32_to_fp16(buf[j]);
-      } else if (p.type == GgmlType::BF16) {
-        auto* d = reinterpret_cast<uint16_t*>(out.data());
-        for (int64_t j = 0; j < nr * ne0; ++j) d[j] = fp32_to_bf16(buf[j]);
-      } else {
-        quantize_rows(p.type, buf.data(), out.data(), nr, ne0, nullptr);
+    const int64_t n_chunks = (rows + rows_per - 1) / rows_per;
+    for (int64_t c0 = 0; c0 < n_chunks; c0 += kRound) {
+      const int64_t nc = std::min(kRound, n_chunks - c0);
+      pool.chunks(nc, 1, [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t c = c0 + u, r0 = c * rows_per, nr = std::min(rows_per, rows - r0);
+          Unit& un = units[static_cast<size_t>(u)];
+          un.f.resize(nr * ne0);
+          Rng rng(o.seed, p.name, static_cast<uint64_t>(c));
+          init_values(o, hp, rng, p.name, p.ne, un.f.data(), nr * ne0);
+          encode_rows(p.type, un.f.data(), nr, ne0, un.out);
+        }
+      });
+      for (int64_t u = 0; u < nc; ++u) {
+        const Unit& un = units[static_cast<size_t>(u)];
+        writer.write(un.out.data(), un.out.size());
+        if (progress) progress(un.out.size(), p.name);
       }
-      writer.write(out.data(), bytes);
     }
   }
   writer.finish();

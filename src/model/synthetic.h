@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/hparams.h"
+#include "model/registry.h"
 #include "tensor/types.h"
 
 namespace k3::model {
@@ -34,16 +35,19 @@ struct SynthOptions {
   // Per-tensor overrides applied last: a tensor whose name contains `first` gets `second`.
   std::vector<std::pair<std::string, GgmlType>> tensor_types;
   std::string name = "k3-synthetic";
+  int threads = 0;  // generator threads (0: all CPUs); the values do not depend on it
 };
 
-// tiny | small | medium (see docs/model.md); throws for another name.
+// tiny | small | medium | k3-slice (see docs/model.md); throws for another name.
 SynthOptions synth_preset(const std::string& preset);
 // The hyperparameters the options describe (validated).
 HParams synth_hparams(const SynthOptions& o);
-// The storage type of one tensor (after the llama-quantize fallbacks for block sizes).
-GgmlType synth_tensor_type(const SynthOptions& o, const std::string& name, int64_t ne0, bool keep_f32, bool expert);
-// Writes the model; progress(i, n, name) is called before each tensor if set.
+// The storage type of one tensor of rule `rule` (after the llama-quantize fallbacks for block
+// sizes): KeepF32 tensors are F32; the router is F32 unless an override names it.
+GgmlType synth_tensor_type(const SynthOptions& o, const std::string& name, int64_t ne0, TypeRule rule);
+// Writes the model (generated on o.threads threads); progress(bytes, tensor) is called after each
+// piece written, if set.
 void write_synthetic(const std::string& path, const SynthOptions& o,
-                     const std::function<void(size_t, size_t, const std::string&)>& progress = nullptr);
+                     const std::function<void(uint64_t, const std::string&)>& progress = nullptr);
 
 }  // namespace k3::model

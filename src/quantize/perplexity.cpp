@@ -217,6 +217,7 @@ PplResult perplexity(const model::Model& m, const std::vector<int32_t>& tokens, 
   model::RunOptions ropt;
   ropt.pool = &pool;
   ropt.f16_rule = model::default_f16_rule();
+  ropt.experts = o.experts;
   PplResult r;
   r.n_ctx = C;
   r.n_chunks = n_chunks;

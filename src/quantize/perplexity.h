@@ -21,6 +21,7 @@
 
 namespace k3::model {
 class Model;
+class ExpertSource;
 }
 
 namespace k3::quant {
@@ -30,6 +31,7 @@ struct PplOptions {
   int64_t n_batch = 512;
   int64_t max_chunks = 0;  // 0: every full chunk of the text
   int threads = 1;
+  model::ExpertSource* experts = nullptr;  // routed experts streamed from disk (null: mapped)
 };
 
 // Per scored token statistics against the reference distribution.

@@ -1,5 +1,6 @@
 #include "quantize/recipe.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 
@@ -141,7 +142,12 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
     const model::TensorDef& def = *defs.at(ti->name);
     TensorPlan tp;
     tp.src = ti;
-    const bool keep = def.types == model::TypeRule::KeepF32 || ti->n_dims == 1;
+    // The router stays F32 like the other small tensors unless a user rule names it.
+    const bool router_ruled = def.types == model::TypeRule::Router &&
+                              std::any_of(rules.begin(), rules.end(),
+                                          [&](const UserRule& u) { return std::regex_search(ti->name, u.re); });
+    const bool keep = def.types == model::TypeRule::KeepF32 || ti->n_dims == 1 ||
+                      (def.types == model::TypeRule::Router && !router_ruled);
     if (keep) {
       tp.cls = TensorClass::KeepF32;
       tp.type = GgmlType::F32;

@@ -205,7 +205,8 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   eo.threads = opts.threads > 0 ? opts.threads : ThreadPool::hardware_threads();
   eo.queue = opts.queue >= 0 ? opts.queue : 8 * eo.parallel;
   eo.f16_rule = rule;
-  if (opts.make_experts) c.experts = opts.make_experts(*c.model);
+  if (opts.make_experts)
+    c.experts = opts.make_experts(*c.model, eo.parallel * model::state_bytes(c.model->hparams(), eo.n_ctx));
   eo.experts = c.experts.get();
   c.engine = std::make_unique<Engine>(*c.model, *c.tok, eo);
 

@@ -37,7 +37,8 @@ struct ServerOptions {
   model::SamplerParams sampling{0.8f, 40, 0.95f, 0.05f, 0};  // defaults for fields a request omits
   HttpLimits http;
   // Streams routed experts from disk when set (k3 serve --expert-cache): called once with the model.
-  std::function<std::unique_ptr<model::ExpertStore>(const model::Model&)> make_experts;
+  // state_bytes: every slot's state at the full context. May return null (experts stay mapped).
+  std::function<std::unique_ptr<model::ExpertStore>(const model::Model&, uint64_t state_bytes)> make_experts;
 };
 
 struct ServerCtx;

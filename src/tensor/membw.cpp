@@ -3,6 +3,7 @@
 #include <emmintrin.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +31,12 @@ uint64_t stream_sum(const uint8_t* p, size_t n) {
   }
   const __m128i s = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
   return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
+}
+
+size_t membw_probe_size(size_t want, uint64_t headroom) {
+  if (want <= headroom / 2) return want;
+  const size_t fit = static_cast<size_t>(headroom / 2) & ~((size_t{1} << 20) - 1);
+  return fit >= kMembwProbeMinBytes ? fit : 0;
 }
 
 double read_pass(ThreadPool& pool, const BigBuffer& buf) {

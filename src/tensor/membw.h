@@ -34,5 +34,11 @@ double read_pass(ThreadPool& pool, const BigBuffer& buf);
 
 // The probe's default buffer: 1 GiB, several times any L3 of the machines we run on.
 inline constexpr size_t kMembwProbeBytes = size_t{1} << 30;
+// Below this a probe would measure caches more than memory.
+inline constexpr size_t kMembwProbeMinBytes = size_t{64} << 20;
+// The probe buffer for a wish of `want` bytes when `headroom` bytes may still be allocated: want if
+// it fits in half the headroom, else that half (rounded down to MiB), or 0 (no probe) when the half
+// is below kMembwProbeMinBytes. So a benchmark never pushes its own process out of memory.
+size_t membw_probe_size(size_t want, uint64_t headroom);
 
 }  // namespace k3

@@ -60,6 +60,7 @@ TEST(Bench, JsonFieldsAndBytesPerToken) {
   EXPECT_EQ(j["pp_samples"].size(), 2u);
   EXPECT_EQ(j["tg_samples"].size(), 2u);
   EXPECT_GT(j["membw_gbps"].get<double>(), 0);
+  EXPECT_EQ(j["membw_probe_bytes"].get<uint64_t>(), 16u << 20);
   EXPECT_GE(j["rss_peak_bytes"].get<double>(), j["rss_bytes"].get<double>());
   EXPECT_GT(j["rss_bytes"].get<double>(), 0);
   EXPECT_NEAR(j["gbps"].get<double>(), j["tg_tokens_per_s"].get<double>() * j["bytes_per_token"].get<double>() / 1e9,

@@ -63,7 +63,7 @@ int gen(const std::string& dir, uint32_t layers, uint32_t experts) {
   std::vector<gguf::TensorSpec> specs;
   std::vector<bool> keep_f32;
   model::for_each_tensor(hp, [&](const model::TensorRef& r) {
-    const bool f32 = r.def.types == model::TypeRule::KeepF32;
+    const bool f32 = r.def.types == model::TypeRule::KeepF32 || r.def.types == model::TypeRule::Router;
     const GgmlType t = f32 ? GgmlType::F32 : r.def.types == model::TypeRule::Experts ? GgmlType::MXFP4 : GgmlType::BF16;
     specs.push_back({r.name, t, std::vector<int64_t>(r.shape.ne, r.shape.ne + r.shape.n_dims)});
     keep_f32.push_back(f32);

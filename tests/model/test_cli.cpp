@@ -9,6 +9,8 @@
 #include <set>
 
 #include "helpers.h"
+#include "model/synth_vocab.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace k3;
 using namespace k3::test;
@@ -45,6 +47,35 @@ TEST(Cli, MakeTinyWritesLoadableModel) {
   std::string out;
   EXPECT_NE(run_cmd(k3_bin() + " make-tiny --out " + temp_path("x.gguf") + " --type nope", &out), 0);
   EXPECT_NE(out.find("unknown type"), std::string::npos) << out;
+}
+
+// make-tiny --vocab 163840: Kimi-K3's vocabulary layout (the learned ranks, reserved control ids up
+// to 163583, the K3 specials at their ids); the tokenizer round-trips, llama.cpp loads the file and
+// tokenizes exactly as k3 does.
+TEST(Cli, MakeTinyK3Vocabulary) {
+  const std::string p = temp_path("cli_vocab.gguf");
+  std::string out;
+  ASSERT_EQ(run_cmd(k3_bin() + " make-tiny -q --out " + p + " --layers 2 --vocab 163840", &out), 0) << out;
+  auto m = model::Model::load(p);
+  EXPECT_EQ(m->n_vocab(), 163840);
+  auto tok = tok::Tokenizer::from_metadata(m->meta());
+  EXPECT_EQ(tok->token_text(163584), "[BOS]");
+  EXPECT_EQ(tok->token_text(163586), "<|end_of_msg|>");
+  EXPECT_EQ(tok->token_text(163605), "<|media_pad|>");
+  EXPECT_EQ(tok->token_text(163839), "[PAD]");
+  EXPECT_EQ(tok->token_text(100000), "<|reserved_token_100000|>");
+  EXPECT_EQ(m->meta().get_u32_or("tokenizer.ggml.eos_token_id", 0), 163586u);
+  const std::string text = model::synth_text() + "Caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac 1234567 <|end_of_msg|>";
+  const std::vector<int32_t> ids = tok->encode(text, true);
+  EXPECT_EQ(tok->decode(ids, true), text);
+  EXPECT_EQ(ids.back(), 163586);
+  const std::string in = temp_path("vocab_text.json"), ids_out = temp_path("vocab_ids.json");
+  std::ofstream(in) << json::array({text}).dump();
+  ASSERT_EQ(run_cmd("node " + llama_harness() + " tokenize --model " + p + " --special --in " + in + " --out " + ids_out,
+                    &out),
+            0)
+      << out;
+  EXPECT_EQ(read_json(ids_out)[0].get<std::vector<int32_t>>(), ids);
 }
 
 TEST(Cli, LogitsModesAgreeWithLibrary) {

@@ -193,7 +193,25 @@ TEST(ExpertStore, ParseSize) {
   EXPECT_THROW(model::parse_size("12X"), Error);
   EXPECT_THROW(model::parse_size("-1G"), Error);
   EXPECT_THROW(model::parse_size(""), Error);
-  EXPECT_GT(model::available_memory(), 0u);
+  EXPECT_GT(available_memory(), 0u);
+}
+
+// The default of every model command without --expert-cache: stream when the mapped model would
+// not fit in the memory available (the 1 GiB cgroup of issue 13: a 1.86 GB model with 1.6 GB of
+// experts streams; the same model with 24 GB available does not).
+TEST(ExpertStore, AutoStreamDecision) {
+  const uint64_t G = 1ull << 30, M = 1ull << 20;
+  EXPECT_EQ(model::memory_reserve(G), 256 * M);
+  EXPECT_EQ(model::memory_reserve(24 * G), 24 * G / 10);
+  const uint64_t file = 1860 * M, experts = 1600 * M, state = 8 * M;
+  EXPECT_TRUE(model::auto_stream(file, experts, state, G));
+  EXPECT_FALSE(model::auto_stream(file, experts, state, 24 * G));
+  // the boundary: file + state + reserve against what is available
+  const uint64_t avail = 4 * G, reserve = model::memory_reserve(avail);
+  EXPECT_FALSE(model::auto_stream(avail - reserve - state, experts, state, avail));
+  EXPECT_TRUE(model::auto_stream(avail - reserve - state + 1, experts, state, avail));
+  EXPECT_FALSE(model::auto_stream(file, 0, state, G));  // no experts to stream: the mapping it is
+  EXPECT_FALSE(model::auto_stream(file, experts, state, 0));  // nothing readable: keep today's path
 }
 
 model::RoutingTrace make_trace(uint32_t L, int32_t E, int k, int tokens, uint64_t seed, bool scans) {

@@ -125,7 +125,7 @@ export function rng(seed) {
     };
 }
 
-function f32ToF16Bits(x) {
+export function f32ToF16Bits(x) {
     const f = new Float32Array([x]); const u = new Uint32Array(f.buffer)[0];
     const sign = (u >>> 16) & 0x8000; let exp = ((u >>> 23) & 0xff) - 127 + 15; let man = u & 0x7fffff;
     if (((u >>> 23) & 0xff) === 0xff) return sign | 0x7c00 | (man ? 0x200 : 0);

@@ -2,9 +2,17 @@
 // Writes a tiny `kimi-k3` GGUF from gguf-contract.md §3-§6: random weights, every required key
 // with its exact type, the per-layer tensor list of KDA / MLA / dense / latent-MoE layers.
 // Usage: node make_tiny_kimi_k3.mjs OUT.gguf [--type f32|f16|bf16] [--experts f32|mxfp4]
-//        [--kv 0,0,0,1,1] [--attn-res 2] [--seed S]
-import { writeGguf, rng } from "./gguf_write.mjs";
+//        [--kv 0,0,0,1,1] [--attn-res 2] [--seed S] [--eps E] [--wide]
+//        [--tensor-type REGEX=TYPE ...]
+// --wide: every row length that K3's structure lets be a multiple of 256 is one (H 256, head dim
+// 128, q/kv LoRA 256, latent and expert widths 256), so every ggml type fits the tensors of
+// every class except ssm_f_b (ne0 = head dim, as in K3). --tensor-type: tensors whose name
+// matches REGEX get TYPE (any type of quant_blocks.mjs or f32/f16/bf16; later rules win); a
+// tensor whose ne0 the type's block does not divide keeps its type and is listed under
+// "unfit" in the JSON line printed.
+import { writeGguf, rng, GGML, ggmlTypeId } from "./gguf_write.mjs";
 import { tinyVocab, vocabMetadata } from "./tiny_vocab.mjs";
+import { randomBlocks } from "./quant_blocks.mjs";
 
 // Valid MXFP4 blocks with small scales (E8M0 exponent 120..124), so values stay finite.
 function mxfp4Bytes(nElements, seed) {
@@ -17,10 +25,12 @@ function mxfp4Bytes(nElements, seed) {
     return b;
 }
 
+export const WIDE = Object.freeze({ H: 256, d: 128, rQ: 256, rKv: 256, dPe: 32, dQk: 288, dV: 128, fE: 256, dLat: 256, fD: 256 });
+
 export function tinyKimiK3Desc({
-    type = "f32", experts = "f32", seed = 1, kv = [0, 0, 0, 1, 1], attnRes = 2,
+    type = "f32", experts = "f32", seed = 1, kv = [0, 0, 0, 1, 1], attnRes = 2, eps = 1e-5,
     H = 64, nHead = 2, d = 16, kConv = 4, rQ = 32, rKv = 32, dPe = 8, dQk = 24, dV = 16,
-    E = 4, topK = 2, fE = 32, nShared = 1, dLat = 32, fD = 128, nDense = 1, ctx = 4096
+    E = 4, topK = 2, fE = 32, nShared = 1, dLat = 32, fD = 128, nDense = 1, ctx = 4096, tensorTypes = []
 } = {}) {
     const L = kv.length;
     const D = nHead * d;
@@ -37,7 +47,7 @@ export function tinyKimiK3Desc({
         u32("context_length", ctx), u32("embedding_length", H), u32("block_count", L), u32("vocab_size", V),
         u32("feed_forward_length", fD), u32("attention.head_count", nHead),
         { key: `${A}.attention.head_count_kv`, type: "array", elemType: "int32", value: kv },
-        f32("attention.layer_norm_rms_epsilon", 1e-5),
+        f32("attention.layer_norm_rms_epsilon", eps),
         u32("attention.key_length", rKv + dPe), u32("attention.value_length", rKv),
         u32("attention.key_length_mla", dQk), u32("attention.value_length_mla", dV),
         u32("attention.q_lora_rank", rQ), u32("attention.kv_lora_rank", rKv),
@@ -90,18 +100,40 @@ export function tinyKimiK3Desc({
                 w(`${b}.ffn_gate_shexp.weight`, [H, fSh]), w(`${b}.ffn_up_shexp.weight`, [H, fSh]), w(`${b}.ffn_down_shexp.weight`, [fSh, H]));
         }
     }
-    return { metadata, tensors: T };
+    const unfit = [];
+    for (const t of T) {
+        for (const [re, ty] of tensorTypes) {
+            if (!re.test(t.name)) continue;
+            const id = ggmlTypeId(ty);
+            if (t.ne[0] % GGML[id][1] !== 0) { unfit.push(`${t.name}:${ty}`); continue; }
+            const scale = t.data?.scale ?? 0.1;
+            if (id === 0 || id === 1 || id === 30) {
+                if (t.data?.bytes) t.data = { seed: s++, scale };  // from a quantized type back to floats
+            } else {
+                t.data = { bytes: randomBlocks(GGML[id][0], t.ne.reduce((a, b) => a * b, 1), s++, scale) };
+            }
+            t.type = ty;
+        }
+    }
+    return { metadata, tensors: T, unfit };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
     const args = process.argv.slice(2);
     const opt = (k, dflt) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : dflt; };
     const out = args.find((a, i) => !a.startsWith("--") && (i === 0 || !args[i - 1].startsWith("--")));
-    if (!out) { console.error("usage: node make_tiny_kimi_k3.mjs OUT.gguf [--type f32|f16|bf16] [--experts f32|mxfp4] [--kv 0,0,0,1,1] [--attn-res 2] [--seed S]"); process.exit(2); }
+    if (!out) { console.error("usage: node make_tiny_kimi_k3.mjs OUT.gguf [--type f32|f16|bf16] [--experts f32|mxfp4] [--kv 0,0,0,1,1] [--attn-res 2] [--seed S] [--eps E] [--wide] [--tensor-type REGEX=TYPE ...]"); process.exit(2); }
+    const tensorTypes = [];
+    args.forEach((a, i) => {
+        if (a !== "--tensor-type") return;
+        const [re, ty] = args[i + 1].split("=");
+        tensorTypes.push([new RegExp(re), ty]);
+    });
     const desc = tinyKimiK3Desc({
         type: opt("--type", "f32"), experts: opt("--experts", "f32"), seed: Number(opt("--seed", 1)),
-        kv: opt("--kv", "0,0,0,1,1").split(",").map(Number), attnRes: Number(opt("--attn-res", 2))
+        kv: opt("--kv", "0,0,0,1,1").split(",").map(Number), attnRes: Number(opt("--attn-res", 2)),
+        eps: Number(opt("--eps", 1e-5)), tensorTypes, ...(args.includes("--wide") ? WIDE : {})
     });
     const n = writeGguf(out, desc);
-    console.log(JSON.stringify({ ok: true, path: out, bytes: n, tensors: desc.tensors.length }));
+    console.log(JSON.stringify({ ok: true, path: out, bytes: n, tensors: desc.tensors.length, unfit: desc.unfit }));
 }
