@@ -1,8 +1,10 @@
 #include "server/api.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 
 namespace k3::server {
 
@@ -28,6 +30,44 @@ json error_body(int status, const std::string& message, const std::string& param
   e["param"] = param.empty() ? json(nullptr) : json(param);
   e["code"] = nullptr;
   return json{{"error", std::move(e)}};
+}
+
+// Anthropic's names for the same statuses (its API answers overload with 529; k3 keeps 503, which
+// its SDKs retry alike).
+static const char* anthropic_type(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    case 504: return "timeout_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+json anthropic_error_body(int status, const std::string& message, const std::string& type) {
+  const std::string t = type.empty() || type == "server_error" ? anthropic_type(status) : type;
+  return json{{"type", "error"}, {"error", {{"type", t}, {"message", message}}}};
+}
+
+json error_body_for(std::string_view path, int status, const std::string& message, const std::string& param,
+                    const std::string& type) {
+  if (path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0) return anthropic_error_body(status, message, type);
+  return error_body(status, message, param, type);
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += digits[rng() % 62];
+  return s;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

@@ -1,6 +1,7 @@
 // Request-level errors and JSON checking for the HTTP API: every problem with a request becomes
 // an ApiError with an HTTP status and, where it is about one field, the field's path
-// ("messages[2].content"), reported in OpenAI's error shape.
+// ("messages[2].content"), reported in the shape of the route's protocol (OpenAI's, or
+// Anthropic's on /v1/messages).
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -27,6 +28,12 @@ class ApiError : public std::runtime_error {
 
 // {"error": {"message", "type", "param", "code"}}
 json error_body(int status, const std::string& message, const std::string& param = {}, const std::string& type = {});
+// {"type": "error", "error": {"type", "message"}} with Anthropic's type names; the field path,
+// which that shape has no place for, is in the message.
+json anthropic_error_body(int status, const std::string& message, const std::string& type = {});
+// The error body for a request to `path`: Anthropic's shape under /v1/messages, else OpenAI's.
+json error_body_for(std::string_view path, int status, const std::string& message, const std::string& param = {},
+                    const std::string& type = {});
 // Compact JSON; invalid UTF-8 in strings becomes U+FFFD (model output may hold any bytes).
 std::string dump(const json& j);
 
@@ -60,6 +67,10 @@ class Fields {
 };
 
 bool valid_utf8(std::string_view s);
+
+// prefix + 24 random alphanumerics ("chatcmpl-…", "msg_…", "toolu_…").
+std::string random_id(const char* prefix);
+int64_t unix_now();
 
 // "array" / "object" / "string" / ... as a client would say it.
 const char* type_name(const json& j);

@@ -10,6 +10,7 @@
 #include "chat/jinja.h"
 #include "model/model.h"
 #include "server/api.h"
+#include "server/chat_protocol.h"
 #include "server/engine.h"
 #include "server/http_server.h"
 #include "server/requests.h"
@@ -51,6 +52,10 @@ struct ServerCtx {
 
 // Route handlers (they throw ApiError for client errors).
 void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
+void handle_messages(ServerCtx& c, const httplib::Request& req, httplib::Response& res);      // /v1/messages
+void handle_count_tokens(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/messages/count_tokens
+void handle_responses(ServerCtx& c, const httplib::Request& req, httplib::Response& res);     // /v1/responses
+void handle_input_tokens(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/responses/input_tokens
 void handle_completions(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/completions
 void handle_completion(ServerCtx& c, const httplib::Request& req, httplib::Response& res);   // /completion
 void handle_tokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
@@ -61,10 +66,13 @@ void reply_json(httplib::Response& res, const json& j, int status = 200);
 // The prompt must leave room for at least one generated token (400 otherwise).
 void check_context(const ServerCtx& c, size_t n_prompt, const char* param);
 GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g);
+// The rendered prompt of a chat request, tokenized (a template error is a 400 naming
+// r.prompt_param).
+std::vector<int32_t> chat_prompt(const ServerCtx& c, const ChatRequest& r);
+// Runs a chat request and answers it through `proto`, streaming when the request asks.
+void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, httplib::Response& res);
 // Maps Engine::submit's refusal to an ApiError (503 with Retry-After via the error handler).
 void check_admit(Engine::Admit a);
-std::string random_id(const char* prefix);
-int64_t unix_now();
 // The SSE event "data: JSON\n\n"; false when the client is gone.
 bool sse(httplib::DataSink& sink, const json& j);
 bool sse_raw(httplib::DataSink& sink, const std::string& data);

@@ -1,6 +1,7 @@
 #include "server/requests.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <mutex>
 #include <random>
@@ -34,18 +35,80 @@ std::vector<int32_t> parse_ids(const json& arr, const std::string& param, int32_
   return ids;
 }
 
+void check_canned_allowed(const json& body, const RequestLimits& lim) {
+  if (body.is_object() && body.contains("k3_canned") && !lim.allow_canned)
+    bad_request("k3_canned", "unknown field 'k3_canned' (a test-only field; see --test-canned)");
+}
+
+model::SamplerParams parse_sampling(const Fields& f, const RequestLimits& lim, double max_temp, bool llama_seed) {
+  model::SamplerParams s = lim.defaults;
+  s.temp = static_cast<float>(f.number("temperature", lim.defaults.temp, 0.0, max_temp));
+  s.top_p = static_cast<float>(f.number("top_p", lim.defaults.top_p, 0.0, 1.0));
+  s.top_k = static_cast<int32_t>(f.integer("top_k", lim.defaults.top_k, 0, 1 << 30));
+  s.min_p = static_cast<float>(f.number("min_p", lim.defaults.min_p, 0.0, 1.0));
+  const int64_t seed = f.integer("seed", -1, INT64_MIN, INT64_MAX);
+  s.seed = (seed == -1 && !(f.has("seed") && !llama_seed)) ? random_seed() : static_cast<uint64_t>(seed);
+  return s;
+}
+
+int32_t parse_budget(const Fields& f, const char* key, const RequestLimits& lim, bool required) {
+  if (!f.has(key)) {
+    if (required) bad_request(f.name(key), "'" + f.name(key) + "' is required");
+    return std::min(lim.default_max_tokens, lim.max_tokens_cap);
+  }
+  return static_cast<int32_t>(std::min<int64_t>(f.integer(key, 0, 1, INT64_MAX), lim.max_tokens_cap));
+}
+
+std::vector<std::string> parse_stops(const Fields& f, const char* key, const RequestLimits& lim, bool allow_single) {
+  std::vector<std::string> stops;
+  if (!f.has(key)) return stops;
+  const json& s = f.at(key);
+  const std::string name = f.name(key);
+  if (s.is_string() && allow_single) {
+    stops.push_back(s.get<std::string>());
+  } else if (s.is_array()) {
+    if (s.size() > lim.max_stops)
+      bad_request(name, "'" + name + "' has " + std::to_string(s.size()) + " strings; at most " +
+                            std::to_string(lim.max_stops) + " are allowed");
+    for (size_t i = 0; i < s.size(); ++i) {
+      const std::string n = name + "[" + std::to_string(i) + "]";
+      if (!s[i].is_string()) bad_request(n, std::string("'") + n + "' must be a string, not " + type_name(s[i]));
+      stops.push_back(s[i].get<std::string>());
+    }
+  } else {
+    bad_request(name, "'" + name + "' must be " + (allow_single ? "a string or " : "") + "an array of strings, not " +
+                          type_name(s));
+  }
+  for (const std::string& st : stops) {
+    if (st.empty()) bad_request(name, "'" + name + "' holds an empty string");
+    if (st.size() > lim.max_stop_bytes)
+      bad_request(name, "'" + name + "' holds a string longer than " + std::to_string(lim.max_stop_bytes) + " bytes");
+  }
+  return stops;
+}
+
+Canned parse_canned(const Fields& f, const RequestLimits& lim) {
+  Canned canned;
+  if (!f.has("k3_canned")) return canned;
+  if (!lim.allow_canned) bad_request("k3_canned", "unknown field 'k3_canned' (a test-only field; see --test-canned)");
+  Fields c(f.at("k3_canned"), "k3_canned");
+  c.only({"text", "ids"});
+  canned.set = true;
+  if (c.has("text") == c.has("ids")) bad_request("k3_canned", "'k3_canned' needs exactly one of 'text' and 'ids'");
+  if (c.has("text")) {
+    canned.is_text = true;
+    canned.text = c.str("text", "");
+  } else {
+    canned.ids = parse_ids(c.at("ids"), "k3_canned.ids", lim.n_vocab, 1u << 20);
+  }
+  return canned;
+}
+
 // Sampling, limits, stop strings, streaming and the test-only canned output: the fields the three
-// generation endpoints share. `max_key` names the token budget field.
+// OpenAI-style generation endpoints share.
 static GenFields parse_gen(const Fields& f, const RequestLimits& lim, int32_t default_max, bool llama_style) {
   GenFields g;
-  g.sampling = lim.defaults;
-  g.sampling.temp = static_cast<float>(f.number("temperature", lim.defaults.temp, 0.0, 2.0));
-  g.sampling.top_p = static_cast<float>(f.number("top_p", lim.defaults.top_p, 0.0, 1.0));
-  g.sampling.top_k = static_cast<int32_t>(f.integer("top_k", lim.defaults.top_k, 0, 1 << 30));
-  g.sampling.min_p = static_cast<float>(f.number("min_p", lim.defaults.min_p, 0.0, 1.0));
-  const int64_t seed = f.integer("seed", -1, INT64_MIN, INT64_MAX);
-  g.sampling.seed = (seed == -1 && !(f.has("seed") && !llama_style)) ? random_seed() : static_cast<uint64_t>(seed);
-
+  g.sampling = parse_sampling(f, lim, 2.0, llama_style);
   const int32_t cap = lim.max_tokens_cap;
   if (llama_style) {
     const int64_t n = f.integer("n_predict", -1, -1, cap);
@@ -57,32 +120,7 @@ static GenFields parse_gen(const Fields& f, const RequestLimits& lim, int32_t de
     if (f.has("max_completion_tokens"))
       g.max_tokens = static_cast<int32_t>(f.integer("max_completion_tokens", 0, 1, cap));
   }
-
-  if (f.has("stop")) {
-    const json& s = f.at("stop");
-    std::vector<std::string> stops;
-    if (s.is_string()) {
-      stops.push_back(s.get<std::string>());
-    } else if (s.is_array()) {
-      if (s.size() > lim.max_stops)
-        bad_request("stop", "'stop' has " + std::to_string(s.size()) + " strings; at most " +
-                                std::to_string(lim.max_stops) + " are allowed");
-      for (size_t i = 0; i < s.size(); ++i) {
-        const std::string n = "stop[" + std::to_string(i) + "]";
-        if (!s[i].is_string()) bad_request(n, std::string("'") + n + "' must be a string, not " + type_name(s[i]));
-        stops.push_back(s[i].get<std::string>());
-      }
-    } else {
-      bad_request("stop", std::string("'stop' must be a string or an array of strings, not ") + type_name(s));
-    }
-    for (size_t i = 0; i < stops.size(); ++i) {
-      if (stops[i].empty()) bad_request("stop", "stop strings must not be empty");
-      if (stops[i].size() > lim.max_stop_bytes)
-        bad_request("stop", "a stop string is longer than " + std::to_string(lim.max_stop_bytes) + " bytes");
-    }
-    g.stop = std::move(stops);
-  }
-
+  g.stop = parse_stops(f, "stop", lim, true);
   g.stream = f.boolean("stream", false);
   if (f.has("stream_options")) {
     Fields so(f.at("stream_options"), "stream_options");
@@ -91,20 +129,7 @@ static GenFields parse_gen(const Fields& f, const RequestLimits& lim, int32_t de
     so.boolean("include_obfuscation", false);
   }
   g.ignore_eos = f.boolean("ignore_eos", false);
-
-  if (f.has("k3_canned")) {
-    if (!lim.allow_canned) bad_request("k3_canned", "unknown field 'k3_canned' (a test-only field; see --test-canned)");
-    Fields c(f.at("k3_canned"), "k3_canned");
-    c.only({"text", "ids"});
-    g.canned.set = true;
-    if (c.has("text") == c.has("ids")) bad_request("k3_canned", "'k3_canned' needs exactly one of 'text' and 'ids'");
-    if (c.has("text")) {
-      g.canned.is_text = true;
-      g.canned.text = c.str("text", "");
-    } else {
-      g.canned.ids = parse_ids(c.at("ids"), "k3_canned.ids", lim.n_vocab, 1u << 20);
-    }
-  }
+  g.canned = parse_canned(f, lim);
   return g;
 }
 
@@ -185,15 +210,61 @@ static void check_tools(const json& tools) {
     fn.only({"name", "description", "parameters", "strict"});
     if (fn.str("name", "", true).empty()) bad_request(p + ".function.name", std::string("'") + p + ".function.name' is empty");
     fn.str("description", "");
-    if (fn.has("parameters")) fn.object("parameters");
+    if (fn.has("parameters")) check_tool_schema(fn.at("parameters"), p + ".function.parameters");
     fn.boolean("strict", false);
   }
 }
 
+void check_tool_name(const std::string& name, const std::string& path, std::set<std::string>& seen) {
+  bool ok = !name.empty() && name.size() <= 128;
+  for (char ch : name) ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
+  if (!ok) bad_request(path, "'" + path + "' must be 1 to 128 letters, digits, '_' or '-'");
+  if (!seen.insert(name).second) bad_request(path, "'" + path + "' = '" + name + "' names another tool too");
+}
+
+void check_tool_schema(const json& schema, const std::string& path) {
+  if (!schema.is_object()) bad_request(path, "'" + path + "' must be a JSON schema (an object), not " + type_name(schema));
+  if (schema.contains("type") && schema["type"] != "object")
+    bad_request(path + ".type", "'" + path + ".type' must be \"object\" (a tool takes named arguments), not " +
+                                    schema["type"].dump());
+  if (schema.contains("properties")) {
+    const json& props = schema["properties"];
+    if (!props.is_object())
+      bad_request(path + ".properties", "'" + path + ".properties' must be an object, not " + type_name(props));
+    for (auto it = props.begin(); it != props.end(); ++it)
+      if (!it->is_object() && !it->is_boolean())
+        bad_request(path + ".properties." + it.key(), "'" + path + ".properties." + it.key() +
+                                                          "' must be a JSON schema (an object), not " + type_name(*it));
+  }
+  if (schema.contains("required")) {
+    const json& req = schema["required"];
+    bool ok = req.is_array();
+    for (size_t i = 0; ok && i < req.size(); ++i) ok = req[i].is_string();
+    if (!ok) bad_request(path + ".required", "'" + path + ".required' must be an array of property names");
+  }
+}
+
+void apply_effort(json& in, const std::string& effort, const std::string& param) {
+  if (effort == "none") in["thinking"] = false;
+  else if (effort == "minimal" || effort == "low") in["thinking_effort"] = "low";
+  else if (effort == "medium" || effort == "high") in["thinking_effort"] = "high";
+  else if (effort == "max" || effort == "xhigh") in["thinking_effort"] = "max";
+  else if (!effort.empty())
+    bad_request(param, "'" + param + "' must be none, minimal, low, medium, high, xhigh or max, got '" + effort + "'");
+}
+
+json chat_template_inputs(const json& messages, const ChatRequest& r) {
+  json in = json::object();
+  in["messages"] = chat::normalize_openai_messages(messages);
+  if (!r.tools.empty()) in["tools"] = r.tools;
+  if (r.tool_choice != "auto") in["tool_choice"] = r.tool_choice;
+  in["add_generation_prompt"] = true;
+  return in;
+}
+
 ChatRequest parse_chat_request(const json& body, const RequestLimits& lim) {
   Fields f(body, "");
-  if (body.contains("k3_canned") && !lim.allow_canned)
-    bad_request("k3_canned", "unknown field 'k3_canned' (a test-only field; see --test-canned)");
+  check_canned_allowed(body, lim);
   f.only({"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
           "top_p", "top_k", "min_p", "stop", "seed", "tools", "tool_choice", "parallel_tool_calls", "response_format",
           "n", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user", "store",
@@ -237,10 +308,7 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& lim) {
       bad_request("tool_choice", "'tool_choice' is 'required' but no 'tools' are given");
   }
 
-  json in = json::object();
-  in["messages"] = chat::normalize_openai_messages(msgs);
-  if (!r.tools.empty()) in["tools"] = r.tools;
-  if (r.tool_choice != "auto") in["tool_choice"] = r.tool_choice;
+  json in = chat_template_inputs(msgs, r);
 
   if (f.has("response_format")) {
     Fields rf(f.at("response_format"), "response_format");
@@ -260,14 +328,7 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& lim) {
     if (type != "text") in["response_format"] = f.at("response_format");
   }
 
-  const std::string effort = f.str("reasoning_effort", "");
-  if (effort == "none") in["thinking"] = false;
-  else if (effort == "minimal" || effort == "low") in["thinking_effort"] = "low";
-  else if (effort == "medium" || effort == "high") in["thinking_effort"] = "high";
-  else if (effort == "max" || effort == "xhigh") in["thinking_effort"] = "max";
-  else if (!effort.empty())
-    bad_request("reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium, high or max, got '" +
-                                        effort + "'");
+  apply_effort(in, f.str("reasoning_effort", ""), "reasoning_effort");
 
   const std::string rfmt = f.str("reasoning_format", "auto");
   if (rfmt != "auto" && rfmt != "none" && rfmt != "deepseek")
@@ -283,7 +344,6 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& lim) {
       in[it.key()] = it.value();
     }
   }
-  in["add_generation_prompt"] = true;
   r.template_inputs = std::move(in);
   return r;
 }
@@ -312,8 +372,7 @@ static void parse_prompt(const Fields& f, CompletionRequest& r, const RequestLim
 
 CompletionRequest parse_completions_request(const json& body, const RequestLimits& lim) {
   Fields f(body, "");
-  if (body.contains("k3_canned") && !lim.allow_canned)
-    bad_request("k3_canned", "unknown field 'k3_canned' (a test-only field; see --test-canned)");
+  check_canned_allowed(body, lim);
   f.only({"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream", "stream_options",
           "stop", "seed", "echo", "logprobs", "suffix", "best_of", "presence_penalty", "frequency_penalty",
           "logit_bias", "user", "ignore_eos", "k3_canned"});
@@ -331,8 +390,7 @@ CompletionRequest parse_completions_request(const json& body, const RequestLimit
 
 CompletionRequest parse_llama_completion(const json& body, const RequestLimits& lim) {
   Fields f(body, "");
-  if (body.contains("k3_canned") && !lim.allow_canned)
-    bad_request("k3_canned", "unknown field 'k3_canned' (a test-only field; see --test-canned)");
+  check_canned_allowed(body, lim);
   f.only({"prompt", "n_predict", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stream", "ignore_eos",
           "return_tokens", "cache_prompt", "k3_canned"});
   CompletionRequest r;

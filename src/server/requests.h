@@ -2,6 +2,7 @@
 // fields) into typed structs. Any problem is an ApiError(400) naming the field.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,17 @@ struct GenFields {
   Canned canned;
 };
 
+// The internal conversation every chat protocol is converted to: OpenAI-style messages as the K3
+// template reads them (normalize_openai_messages), tools as OpenAI functions, and the settings
+// that shape the prompt, the parse and the generation. The same conversation gives the same
+// prompt whichever protocol it came in.
 struct ChatRequest {
   std::string model;
   json template_inputs;  // messages (normalized), tools, tool_choice, ..., add_generation_prompt
   json tools = json::array();
   std::string tool_choice = "auto";  // auto | none | required (a named function: required)
   bool extract_reasoning = true;     // reasoning_format != none
+  std::string prompt_param = "messages";  // the field a template or context error names
   GenFields gen;
 };
 
@@ -55,9 +61,36 @@ struct CompletionRequest {
   GenFields gen;
 };
 
-ChatRequest parse_chat_request(const json& body, const RequestLimits& lim);
+ChatRequest parse_chat_request(const json& body, const RequestLimits& lim);    // /v1/chat/completions
+// count_only: /v1/messages/count_tokens (max_tokens not required).
+ChatRequest parse_anthropic_request(const json& body, const RequestLimits& lim, bool count_only);  // /v1/messages
+ChatRequest parse_responses_request(const json& body, const RequestLimits& lim);  // /v1/responses (+ input_tokens)
 CompletionRequest parse_completions_request(const json& body, const RequestLimits& lim);  // /v1/completions
 CompletionRequest parse_llama_completion(const json& body, const RequestLimits& lim);     // /completion
+
+// ---- pieces the protocol parsers share ----
+
+// 400 when the body has k3_canned but the server was not started with --test-canned (checked
+// before any other field, so the message says why).
+void check_canned_allowed(const json& body, const RequestLimits& lim);
+// temperature (in [0, max_temp]), top_p, top_k, min_p, seed; the server's defaults for the rest.
+model::SamplerParams parse_sampling(const Fields& f, const RequestLimits& lim, double max_temp, bool llama_seed);
+// A token budget field: an integer >= 1, lowered to the server's cap (agents ask for more than a
+// local context holds); the server's default when absent and not required.
+int32_t parse_budget(const Fields& f, const char* key, const RequestLimits& lim, bool required);
+// A stop string or an array of them, within the limits.
+std::vector<std::string> parse_stops(const Fields& f, const char* key, const RequestLimits& lim, bool allow_single);
+Canned parse_canned(const Fields& f, const RequestLimits& lim);
+// A tool name: 1 to 128 of A-Z a-z 0-9 _ - (the K3 parser matches names literally, so one that the
+// template would escape could never be called), not in `seen` (which it joins).
+void check_tool_name(const std::string& name, const std::string& path, std::set<std::string>& seen);
+// A tool's parameter schema: a JSON-schema object of type "object" whose properties are schemas.
+void check_tool_schema(const json& schema, const std::string& path);
+// A reasoning effort (none, minimal, low, medium, high, xhigh, max) as the K3 template's
+// thinking / thinking_effort inputs.
+void apply_effort(json& inputs, const std::string& effort, const std::string& param);
+// template_inputs from converted messages and r's tools and tool_choice.
+json chat_template_inputs(const json& messages, const ChatRequest& r);
 
 // {"tokens": [...]} of /detokenize and prompt ids: every element an id of the vocabulary.
 std::vector<int32_t> parse_ids(const json& arr, const std::string& param, int32_t n_vocab, size_t max_len);

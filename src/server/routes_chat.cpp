@@ -1,134 +1,106 @@
-// POST /v1/chat/completions: template -> tokens -> engine -> detokenizer -> stop strings -> the
-// K3 output parser -> OpenAI message (non-streaming) or chat.completion.chunk events (SSE).
+// The chat routes' one pipeline: conversation -> template -> tokens -> engine -> detokenizer ->
+// stop strings -> the K3 output parser -> the protocol's answer (chat_protocol.h), a response
+// body or SSE events. POST /v1/chat/completions is the OpenAI protocol over it; /v1/messages and
+// /v1/responses (routes_agents.cpp) are the others.
 #include <chrono>
 
 #include "chat/chat_template.h"
-#include "chat/k3_parser.h"
 #include "server/context.h"
 #include "server/generation.h"
 
 namespace k3::server {
 
 using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
 struct ChatJob {
-  std::string id = random_id("chatcmpl-");
-  int64_t created = unix_now();
-  std::string model;
-  bool include_usage = false;
+  ServerCtx* ctx = nullptr;
   std::unique_ptr<Generation> gen;
   std::unique_ptr<chat::K3StreamParser> parser;
-  std::vector<std::string> call_ids;  // by tool-call index
-  bool started = false, finished = false;
-  ServerCtx* ctx = nullptr;
+  std::unique_ptr<ChatProtocol> proto;
+  int32_t n_prompt = 0;
+  bool started = false;
+  Clock::time_point last_write = Clock::now();
 
-  const std::string& call_id(size_t i) {
-    while (call_ids.size() <= i) call_ids.push_back(random_id("call_"));
-    return call_ids[i];
+  void feed(const chat::ChatDelta& d, SseEvents& ev) {
+    if (!d.empty()) proto->delta(d, ev);
   }
 
-  json usage() const {
-    return json{{"prompt_tokens", gen->n_prompt()},
-                {"completion_tokens", gen->n_gen()},
-                {"total_tokens", gen->n_prompt() + gen->n_gen()},
-                {"prompt_tokens_details", {{"cached_tokens", 0}}}};
-  }
-  json timings() const {
-    const TaskTimes t = gen->times();
-    return json{{"queued_ms", t.queued_ms},
-                {"prompt_n", gen->n_prompt()},
-                {"prompt_ms", t.prompt_ms},
-                {"predicted_n", gen->n_gen()},
-                {"predicted_ms", t.gen_ms},
-                {"predicted_per_second", t.gen_ms > 0 ? 1000.0 * (gen->n_gen() - 1) / t.gen_ms : 0.0}};
-  }
-
-  const char* finish_reason(const chat::ChatMessage& m) const {
-    const char* r = gen->finish_reason();
-    if (std::string(r) == "stop" && !m.tool_calls.empty()) return "tool_calls";
-    return r;
-  }
-
-  json chunk(json delta, const json& finish) const {
-    json ch = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    json j = {{"id", id},
-              {"object", "chat.completion.chunk"},
-              {"created", created},
-              {"model", model},
-              {"system_fingerprint", "k3"},
-              {"choices", json::array({std::move(ch)})}};
-    if (include_usage) j["usage"] = nullptr;
-    return j;
-  }
-
-  json delta_json(const chat::ChatDelta& d) {
-    json o = d.to_openai();
-    if (o.contains("tool_calls"))
-      for (auto& tc : o["tool_calls"])
-        if (tc.contains("id")) tc["id"] = call_id(tc["index"].get<size_t>());
+  ChatOutcome outcome() const {
+    ChatOutcome o;
+    o.stop = gen->hit_stop_string()                      ? ChatOutcome::Stop::StopString
+             : std::string(gen->finish_reason()) == "length" ? ChatOutcome::Stop::Length
+                                                             : ChatOutcome::Stop::End;
+    if (gen->hit_stop_string()) o.stop_string = gen->stop_string();
+    o.message = &parser->message();
+    o.n_prompt = gen->n_prompt();
+    o.n_gen = gen->n_gen();
+    o.n_cached = 0;  // no prompt cache yet: every prompt token is computed
+    o.times = gen->times();
     return o;
   }
 };
 
+bool write(ChatJob& job, httplib::DataSink& sink, const SseEvents& ev) {
+  for (const SseEvent& e : ev) {
+    const std::string s = sse_text(e);
+    if (!sink.write(s.data(), s.size())) return false;
+  }
+  if (!ev.empty()) job.last_write = Clock::now();
+  return true;
+}
+
 // One call of the SSE content provider: waits briefly for tokens and writes what became certain.
 // Returns false to abort the response (client gone).
 bool stream_step(ChatJob& job, httplib::DataSink& sink) {
+  SseEvents ev;
   if (!job.started) {
     job.started = true;
-    return sse(sink, job.chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
+    job.proto->begin(job.n_prompt, ev);
+    return write(job, sink, ev);
   }
   Generation::Piece p = job.gen->poll(50ms);
-  chat::ChatDelta d = job.parser->feed(p.text);
-  if (!d.empty() && !sse(sink, job.chunk(job.delta_json(d), nullptr))) return false;
+  job.feed(job.parser->feed(p.text), ev);
   if (!p.done) {
-    if (HttpServer::peer_gone()) return false;
-    return true;
+    if (ev.empty() && Clock::now() - job.last_write > 10s) job.proto->idle(ev);
+    if (!write(job, sink, ev)) return false;
+    return !HttpServer::peer_gone();
   }
   if (job.gen->failed()) {
-    sse(sink, error_body(job.ctx->stopping ? 503 : 500, job.gen->error()));
+    job.proto->fail(job.ctx->stopping ? 503 : 500, job.gen->error(), ev);
   } else {
-    d = job.parser->finish();
-    if (!d.empty() && !sse(sink, job.chunk(job.delta_json(d), nullptr))) return false;
-    json last = job.chunk(json::object(), job.finish_reason(job.parser->message()));
-    if (job.include_usage) last.erase("usage");
-    if (!sse(sink, last)) return false;
-    if (job.include_usage) {
-      json u = {{"id", job.id},       {"object", "chat.completion.chunk"}, {"created", job.created},
-                {"model", job.model}, {"system_fingerprint", "k3"},       {"choices", json::array()},
-                {"usage", job.usage()}};
-      if (!sse(sink, u)) return false;
-    }
+    job.feed(job.parser->finish(), ev);
+    job.proto->end(job.outcome(), ev);
   }
-  if (!sse_raw(sink, "[DONE]")) return false;
-  job.finished = true;
+  if (!write(job, sink, ev)) return false;
   sink.done();
   return true;
 }
 
 }  // namespace
 
-void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_body(req.body, c.opt.max_json_depth);
-  ChatRequest r = parse_chat_request(body, c.limits);
-
+std::vector<int32_t> chat_prompt(const ServerCtx& c, const ChatRequest& r) {
   std::string prompt;
   try {
     prompt = chat::render_chat(*c.tmpl, r.template_inputs);
   } catch (const jinja::TemplateError& e) {
-    throw ApiError(400, std::string("the chat template rejected this request: ") + e.message(), "messages");
+    throw ApiError(400, std::string("the chat template rejected this request: ") + e.message(), r.prompt_param);
   }
-  const bool thinking = chat::k3_thinking_enabled(r.template_inputs);
-  std::vector<int32_t> ids = c.tok->encode(prompt, true);
-  check_context(c, ids.size(), "messages");
+  return c.tok->encode(prompt, true);
+}
+
+void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, httplib::Response& res) {
+  std::vector<int32_t> ids = chat_prompt(c, r);
+  check_context(c, ids.size(), r.prompt_param.c_str());
 
   auto job = std::make_shared<ChatJob>();
   job->ctx = &c;
-  job->model = r.model.empty() ? c.model_id : r.model;
-  job->include_usage = r.gen.include_usage;
+  job->proto = std::move(proto);
+  job->n_prompt = static_cast<int32_t>(ids.size());
   chat::K3ParserOptions po;
-  po.thinking = thinking;
+  po.thinking = chat::k3_thinking_enabled(r.template_inputs);
   po.extract_reasoning = r.extract_reasoning;
   po.tools = r.tools;
   po.tool_choice = r.tool_choice;
@@ -142,9 +114,11 @@ void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& r
     return;
   }
 
+  SseEvents ignored;  // a protocol builds its body in delta(); the events are for streaming
   for (;;) {
     Generation::Piece p = job->gen->poll(100ms);
-    job->parser->feed(p.text);
+    job->feed(job->parser->feed(p.text), ignored);
+    ignored.clear();
     if (p.done) break;
     if (HttpServer::peer_gone()) {
       job->gen->cancel();
@@ -153,20 +127,13 @@ void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& r
     }
   }
   if (job->gen->failed()) throw ApiError(c.stopping ? 503 : 500, job->gen->error());
-  job->parser->finish();
-  chat::ChatMessage m = job->parser->message();
-  for (size_t i = 0; i < m.tool_calls.size(); ++i)
-    if (m.tool_calls[i].id.empty()) m.tool_calls[i].id = job->call_id(i);
-  json choice = {{"index", 0}, {"message", m.to_openai()}, {"logprobs", nullptr}, {"finish_reason", job->finish_reason(m)}};
-  json out = {{"id", job->id},
-              {"object", "chat.completion"},
-              {"created", job->created},
-              {"model", job->model},
-              {"system_fingerprint", "k3"},
-              {"choices", json::array({std::move(choice)})},
-              {"usage", job->usage()},
-              {"timings", job->timings()}};
-  reply_json(res, out);
+  job->feed(job->parser->finish(), ignored);
+  reply_json(res, job->proto->body(job->outcome()));
+}
+
+void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
+  ChatRequest r = parse_chat_request(parse_body(req.body, c.opt.max_json_depth), c.limits);
+  run_chat(c, r, openai_chat_protocol(r.model.empty() ? c.model_id : r.model, r.gen.include_usage), res);
 }
 
 }  // namespace k3::server

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -59,18 +58,6 @@ void check_admit(Engine::Admit a) {
                    "overloaded_error");
   if (a == Engine::Admit::ShuttingDown)
     throw ApiError(503, "the server is shutting down", "", "overloaded_error");
-}
-
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  std::string s = prefix;
-  for (int i = 0; i < 24; ++i) s += digits[rng() % 62];
-  return s;
-}
-
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 bool sse_raw(httplib::DataSink& sink, const std::string& data) {
@@ -273,7 +260,8 @@ void Server::shutdown() {
 
 static std::string route_label(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/v1/models", "/health",
-                                "/metrics", "/tokenize", "/detokenize"};
+                                "/metrics", "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
+                                "/v1/responses", "/v1/responses/input_tokens"};
   for (const char* k : known)
     if (path == k) return path;
   return "other";
@@ -295,22 +283,27 @@ void Server::routes() {
       try {
         fn(*c, req, res);
       } catch (const ApiError& e) {
-        reply_json(res, error_body(e.status, e.what(), e.param, e.type), e.status);
+        reply_json(res, error_body_for(req.path, e.status, e.what(), e.param, e.type), e.status);
         if (e.status == 503) res.set_header("Retry-After", "1");
       } catch (const std::exception& e) {
-        reply_json(res, error_body(500, std::string("internal error: ") + e.what()), 500);
+        reply_json(res, error_body_for(req.path, 500, std::string("internal error: ") + e.what()), 500);
       }
     };
   };
 
   h.set_pre_routing_handler([c](const httplib::Request& req, httplib::Response& res) {
     if (c->opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // Authorization: Bearer KEY (OpenAI clients) or x-api-key: KEY (Anthropic clients).
     const std::string auth = req.get_header_value("Authorization");
     const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
     if (bearer && ct_equal(auth.substr(7), c->opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string x_key = req.get_header_value("x-api-key");
+    if (!x_key.empty() && ct_equal(x_key, c->opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    const bool none = auth.empty() && x_key.empty();
     reply_json(res,
-               error_body(401, auth.empty() ? "missing API key: send the header 'Authorization: Bearer KEY'"
-                                            : "invalid API key"),
+               error_body_for(req.path, 401,
+                              none ? "missing API key: send the header 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                   : "invalid API key"),
                401);
     res.set_header("WWW-Authenticate", "Bearer");
     return httplib::Server::HandlerResponse::Handled;
@@ -320,7 +313,9 @@ void Server::routes() {
     res.set_header("Connection", "close");
     if (!res.body.empty()) return;
     static const char* gets[] = {"/v1/models", "/health", "/metrics"};
-    static const char* posts[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/tokenize", "/detokenize"};
+    static const char* posts[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/tokenize", "/detokenize",
+                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                                  "/v1/responses/input_tokens"};
     std::string allow;
     for (const char* p : gets)
       if (req.path == p) allow = "GET";
@@ -353,10 +348,10 @@ void Server::routes() {
     } else {
       msg = "HTTP error " + std::to_string(res.status);
     }
-    reply_json(res, error_body(res.status, msg), res.status);
+    reply_json(res, error_body_for(req.path, res.status, msg), res.status);
   });
 
-  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  h.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -364,7 +359,7 @@ void Server::routes() {
       what = e.what();
     } catch (...) {
     }
-    reply_json(res, error_body(500, "internal error: " + what), 500);
+    reply_json(res, error_body_for(req.path, 500, "internal error: " + what), 500);
   });
 
   h.set_observer([c](const httplib::Request& req, const httplib::Response& res) {
@@ -373,6 +368,10 @@ void Server::routes() {
 
   h.Post("/v1/chat/completions", wrap(handle_chat));
   h.Post("/chat/completions", wrap(handle_chat));
+  h.Post("/v1/messages", wrap(handle_messages));
+  h.Post("/v1/messages/count_tokens", wrap(handle_count_tokens));
+  h.Post("/v1/responses", wrap(handle_responses));
+  h.Post("/v1/responses/input_tokens", wrap(handle_input_tokens));
   h.Post("/v1/completions", wrap(handle_completions));
   h.Post("/completion", wrap(handle_completion));
   h.Post("/tokenize", wrap(handle_tokenize));
