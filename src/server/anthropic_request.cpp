@@ -27,6 +27,11 @@ std::string at_index(const std::string& path, size_t i) { return path + "[" + st
   bad_request(path + ".type", "'" + path + ".type' = '" + type + "' is not supported in " + where);
 }
 
+std::string text_block(const Fields& b) {
+  b.only({"type", "text", "cache_control", "citations"});
+  return b.str("text", "", true);
+}
+
 // A string, or text blocks concatenated (as the template concatenates text parts).
 std::string text_of(const Fields& f, const char* key, const std::string& path, bool required) {
   if (!f.has(key)) {
@@ -42,8 +47,7 @@ std::string text_of(const Fields& f, const char* key, const std::string& path, b
     Fields b(v[i], p);
     const std::string type = b.str("type", "", true);
     if (type != "text") unsupported_block(p, type, "a system prompt or tool result (text blocks only)");
-    b.only({"type", "text", "cache_control", "citations"});
-    text += b.str("text", "", true);
+    text += text_block(b);
   }
   return text;
 }
@@ -73,8 +77,7 @@ struct Converter {
         Fields b(c[k], p);
         const std::string type = b.str("type", "", true);
         if (type == "text") {
-          b.only({"type", "text", "cache_control", "citations"});
-          text += b.str("text", "", true);
+          text += text_block(b);
           have_text = true;
         } else if (type == "tool_result") {
           b.only({"type", "tool_use_id", "content", "is_error", "cache_control"});
@@ -119,8 +122,7 @@ struct Converter {
       Fields b(c[k], p);
       const std::string type = b.str("type", "", true);
       if (type == "text") {
-        b.only({"type", "text", "cache_control", "citations"});
-        text += b.str("text", "", true);
+        text += text_block(b);
       } else if (type == "thinking") {
         b.only({"type", "thinking", "signature", "cache_control"});
         reasoning += b.str("thinking", "", true);
@@ -199,16 +201,8 @@ json convert_tools(const Fields& f) {
                                                                "are supported, no server tools");
     t.only({"type", "name", "description", "input_schema", "cache_control", "defer_loading", "allowed_callers",
             "eager_input_streaming", "input_examples", "strict"});
-    const std::string name = t.str("name", "", true);
-    check_tool_name(name, p + ".name", names);
-    json fn = {{"name", name}};
-    if (t.has("description")) fn["description"] = t.str("description", "");
-    if (!t.has("input_schema")) bad_request(p + ".input_schema", "'" + p + ".input_schema' is required");
-    check_tool_schema(t.at("input_schema"), p + ".input_schema");
-    fn["parameters"] = t.at("input_schema");
-    t.boolean("strict", false);
     t.boolean("defer_loading", false);
-    tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    tools.push_back(function_tool(t, "input_schema", true, names));
   }
   return tools;
 }
@@ -224,12 +218,7 @@ void convert_tool_choice(const Fields& f, ChatRequest& r) {
     r.tool_choice = type;
   } else if (type == "any" || type == "tool") {
     if (r.tools.empty()) bad_request("tool_choice", "'tool_choice' is '" + type + "' but no 'tools' are given");
-    if (type == "tool") {
-      const std::string name = c.str("name", "", true);
-      bool found = false;
-      for (const auto& t : r.tools) found = found || t["function"]["name"] == name;
-      if (!found) bad_request("tool_choice.name", "'tool_choice.name' = '" + name + "' is not in 'tools'");
-    }
+    if (type == "tool") require_tool(r, c.str("name", "", true), "tool_choice.name");
     r.tool_choice = "required";
   } else {
     bad_request("tool_choice.type", "'tool_choice.type' must be auto, any, tool or none, got '" + type + "'");
@@ -286,7 +275,8 @@ ChatRequest parse_anthropic_request(const json& body, const RequestLimits& lim, 
   check_canned_allowed(body, lim);
   f.only({"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
           "thinking", "tool_choice", "tools", "metadata", "service_tier", "cache_control", "container", "diagnostics",
-          "inference_geo", "output_config", "speed", "user_profile_id", "workspace_id", "k3_canned"});
+          "inference_geo", "output_config", "speed", "user_profile_id", "workspace_id", "context_management",
+          "mcp_servers", "k3_canned"});
   ChatRequest r;
   r.model = f.str("model", "", true);
   if (f.has("container")) bad_request("container", "'container' is not supported (no code execution)");
@@ -298,6 +288,9 @@ ChatRequest parse_anthropic_request(const json& body, const RequestLimits& lim, 
   for (const char* k : {"service_tier", "inference_geo", "speed", "user_profile_id", "workspace_id"}) f.str(k, "");
   if (f.has("cache_control")) f.object("cache_control");  // the prompt cache needs no breakpoints
   if (f.has("diagnostics")) f.object("diagnostics");
+  if (f.has("context_management")) f.object("context_management");  // (beta) k3 keeps the conversation as sent
+  if (f.has("mcp_servers") && !f.array("mcp_servers").empty())
+    bad_request("mcp_servers", "'mcp_servers' is not supported (k3 connects to no MCP server; run the tools in the client)");
 
   r.gen.max_tokens = count_only && !f.has("max_tokens") ? 1 : parse_budget(f, "max_tokens", lim, true);
   r.gen.sampling = parse_sampling(f, lim, 1.0, false);

@@ -222,6 +222,27 @@ void check_tool_name(const std::string& name, const std::string& path, std::set<
   if (!seen.insert(name).second) bad_request(path, "'" + path + "' = '" + name + "' names another tool too");
 }
 
+json function_tool(const Fields& t, const char* schema_key, bool schema_required, std::set<std::string>& names) {
+  const std::string name = t.str("name", "", true);
+  check_tool_name(name, t.name("name"), names);
+  json fn = {{"name", name}};
+  if (t.has("description")) fn["description"] = t.str("description", "");
+  if (t.has(schema_key)) {
+    check_tool_schema(t.at(schema_key), t.name(schema_key));
+    fn["parameters"] = t.at(schema_key);
+  } else if (schema_required) {
+    bad_request(t.name(schema_key), "'" + t.name(schema_key) + "' is required");
+  }
+  if (t.has("strict")) fn["strict"] = t.boolean("strict", false);
+  return json{{"type", "function"}, {"function", std::move(fn)}};
+}
+
+void require_tool(const ChatRequest& r, const std::string& name, const std::string& param) {
+  for (const auto& t : r.tools)
+    if (t["function"]["name"] == name) return;
+  bad_request(param, "'" + param + "' = '" + name + "' is not in 'tools'");
+}
+
 void check_tool_schema(const json& schema, const std::string& path) {
   if (!schema.is_object()) bad_request(path, "'" + path + "' must be a JSON schema (an object), not " + type_name(schema));
   if (schema.contains("type") && schema["type"] != "object")
@@ -298,10 +319,7 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& lim) {
       if (c.str("type", "", true) != "function") bad_request("tool_choice.type", "'tool_choice.type' must be 'function'");
       Fields fn(c.object("function"), "tool_choice.function");
       fn.only({"name"});
-      const std::string name = fn.str("name", "", true);
-      bool found = false;
-      for (const auto& t : r.tools) found = found || t["function"]["name"] == name;
-      if (!found) bad_request("tool_choice.function.name", "'tool_choice' names '" + name + "', which is not in 'tools'");
+      require_tool(r, fn.str("name", "", true), "tool_choice.function.name");
       r.tool_choice = "required";
     }
     if (r.tool_choice == "required" && r.tools.empty())

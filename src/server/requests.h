@@ -84,6 +84,11 @@ Canned parse_canned(const Fields& f, const RequestLimits& lim);
 // A tool name: 1 to 128 of A-Z a-z 0-9 _ - (the K3 parser matches names literally, so one that the
 // template would escape could never be called), not in `seen` (which it joins).
 void check_tool_name(const std::string& name, const std::string& path, std::set<std::string>& seen);
+// An OpenAI function tool {"type": "function", "function": {name, description, parameters, strict}} from a
+// tool object whose parameter schema is under `schema_key`; `names` collects the names so far.
+json function_tool(const Fields& t, const char* schema_key, bool schema_required, std::set<std::string>& names);
+// 400 naming `param` unless one of r.tools is called `name`.
+void require_tool(const ChatRequest& r, const std::string& name, const std::string& param);
 // A tool's parameter schema: a JSON-schema object of type "object" whose properties are schemas.
 void check_tool_schema(const json& schema, const std::string& path);
 // A reasoning effort (none, minimal, low, medium, high, xhigh, max) as the K3 template's

@@ -7,12 +7,21 @@
 //             [response.content_part.done], response.output_item.done
 //   response.completed (response.incomplete when the token budget ran out)
 // with sequence numbers from 0; the non-streaming body is the response object of the last event.
+#include <cstdio>
+
 #include "server/chat_protocol.h"
 #include "server/requests.h"
 
 namespace k3::server {
 
 namespace {
+
+// A float setting as the decimal it was given as (0.8, not 0.800000011920929).
+json decimal(float x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.7g", x);
+  return json::parse(b);
+}
 
 class Responses final : public ChatProtocol {
  public:
@@ -32,8 +41,8 @@ class Responses final : public ChatProtocol {
                       ? request["reasoning"]["effort"]
                       : json(nullptr);
     echo_["reasoning"] = {{"effort", effort}, {"summary", nullptr}};
-    echo_["temperature"] = r.gen.sampling.temp;
-    echo_["top_p"] = r.gen.sampling.top_p;
+    echo_["temperature"] = decimal(r.gen.sampling.temp);
+    echo_["top_p"] = decimal(r.gen.sampling.top_p);
   }
 
   void begin(int32_t, SseEvents& out) override {

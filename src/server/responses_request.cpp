@@ -172,17 +172,8 @@ json convert_tools(const Fields& f) {
     if (type != "function")
       bad_request(p + ".type", "'" + p + ".type' = '" + type + "': only function tools are supported");
     t.only({"type", "name", "description", "parameters", "strict", "defer_loading"});
-    const std::string name = t.str("name", "", true);
-    check_tool_name(name, p + ".name", names);
-    json fn = {{"name", name}};
-    if (t.has("description")) fn["description"] = t.str("description", "");
-    if (t.has("parameters")) {
-      check_tool_schema(t.at("parameters"), p + ".parameters");
-      fn["parameters"] = t.at("parameters");
-    }
-    if (t.has("strict")) fn["strict"] = t.boolean("strict", false);
     t.boolean("defer_loading", false);
-    tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    tools.push_back(function_tool(t, "parameters", false, names));
   }
   return tools;
 }
@@ -200,10 +191,7 @@ void convert_tool_choice(const Fields& f, ChatRequest& r) {
     if (type != "function")
       bad_request("tool_choice.type", "'tool_choice.type' = '" + type + "': only 'function' is supported");
     c.only({"type", "name"});
-    const std::string name = c.str("name", "", true);
-    bool found = false;
-    for (const auto& t : r.tools) found = found || t["function"]["name"] == name;
-    if (!found) bad_request("tool_choice.name", "'tool_choice.name' = '" + name + "' is not in 'tools'");
+    require_tool(r, c.str("name", "", true), "tool_choice.name");
     r.tool_choice = "required";
   }
   if (r.tool_choice == "required" && r.tools.empty())

@@ -349,6 +349,9 @@ test("anthropic: thinking on and off (off when absent, as the API's default)", a
     eq(r.content[0].thinking, "I think so.", "thinking text");
     eq(r.usage.input_tokens, (await tokens(render(q))).length, "prompt rendered with thinking on");
   }
+  const beta = await claude.beta.messages.create({ model: MODEL, max_tokens: 50, messages: q, betas: ["context-management-2025-06-27"],
+    context_management: { edits: [] }, k3_canned: { text: off } });
+  eq(beta.content, [{ type: "text", text: "Just text." }], "the beta endpoint (?beta=true) is the same route");
   const low = await claude.messages.create({ model: MODEL, max_tokens: 2000, messages: q, thinking: { type: "adaptive" },
     output_config: { effort: "low" }, k3_canned: { text: CANNED.reasoning } });
   eq(low.usage.input_tokens, (await tokens(render(q, { thinking_effort: "low" }))).length, "output_config.effort low");
