@@ -1,6 +1,7 @@
 #include "cli/model_cli.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -85,9 +86,11 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
 
 std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet,
                                                       uint64_t state_bytes) {
-  if (f.cache == "off" && !f.trace.empty()) fail("--routing-trace streams experts; it cannot go with --expert-cache off");
   bool stream = !f.cache.empty() || !f.trace.empty();
-  if (f.cache.empty() && f.trace.empty()) {
+  if (f.cache == "off") {
+    if (!f.trace.empty()) fail("--routing-trace streams experts; it cannot go with --expert-cache off");
+    stream = false;
+  } else if (!stream) {
     const uint64_t file = model::file_bytes(m), avail = available_memory();
     stream = model::auto_stream(file, model::expert_stack_bytes(m), state_bytes, avail);
     if (stream)
@@ -96,7 +99,6 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
                    "limit included): streaming routed experts (--expert-cache auto; --expert-cache off maps them)\n",
                    file / 1e9, avail / 1e9);
   }
-  if (f.cache == "off") stream = false;
   if (!stream) {
     if (!f.warmup.empty() || f.pin > 0) fail("--warmup and --pin-hot need --expert-cache");
     return nullptr;
@@ -104,12 +106,14 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
   if (f.pin < 0 || f.pin > 1) fail("--pin-hot: expected a fraction in [0, 1], got %g", f.pin);
   if (f.io_threads < 1) fail("--io-threads must be >= 1");
   model::ExpertStoreOptions o;
-  if (!f.cache.empty() && f.cache != "auto" && f.cache != "off") {
+  if (!f.cache.empty() && f.cache != "auto") {
     try {
       o.budget_bytes = model::parse_size(f.cache);
     } catch (const Error& e) {
       fail("--expert-cache: %s", e.what());
     }
+  } else {
+    o.budget_bytes = std::max<uint64_t>(1, model::auto_expert_budget(m, state_bytes));
   }
   o.policy = f.policy;
   o.prefetch = !f.no_prefetch;

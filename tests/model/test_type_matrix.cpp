@@ -43,17 +43,17 @@ namespace {
 
 struct Class {
   const char* name;
-  const char* regex;  // the class's tensors in the writer's 5-layer model (KDA 0-2, MLA 3-4, dense 0)
+  const char* regex;  // the class's tensors in the writer's 3-layer model (KDA 0-1, MLA 2, dense 0)
   bool elementwise = false;
 };
 
 const Class kClasses[] = {
     {"embedding", "^token_embd\\.weight$"},
     {"lm_head", "^output\\.weight$"},
-    {"kda_proj", "^blk\\.[0-2]\\.(attn_[qkv]|ssm_g)\\.weight$"},
+    {"kda_proj", "^blk\\.[01]\\.(attn_[qkv]|ssm_g)\\.weight$"},
     {"kda_gate_beta", "\\.(ssm_f_a|ssm_f_b|ssm_beta)\\.weight$"},
-    {"kda_out", "^blk\\.[0-2]\\.attn_output\\.weight$"},
-    {"mla_proj", "\\.(attn_q_a|attn_q_b|attn_kv_a_mqa|attn_gate)\\.weight$|^blk\\.[34]\\.attn_output\\.weight$"},
+    {"kda_out", "^blk\\.[01]\\.attn_output\\.weight$"},
+    {"mla_proj", "\\.(attn_q_a|attn_q_b|attn_kv_a_mqa|attn_gate)\\.weight$|^blk\\.2\\.attn_output\\.weight$"},
     {"mla_kb_vb", "\\.attn_[kv]_b\\.weight$"},
     {"dense_ffn", "\\.ffn_(gate|up|down)\\.weight$"},
     {"router", "\\.ffn_gate_inp\\.weight$"},

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Writes kimi-k3 files with the independent writer (tests/node/make_tiny_kimi_k3.mjs, --wide
-// shapes) and runs llama.cpp (node-llama-cpp 3.22.1) on each, for test_type_matrix.cpp.
+// shapes, 3 layers: KDA + dense FFN, KDA + MoE, MLA + MoE) and runs llama.cpp (node-llama-cpp 3.22.1) on each, for test_type_matrix.cpp.
 //
 // usage: node type_matrix.mjs PLAN.json RESULTS.jsonl
 // PLAN: {"ids": [...], "eps": 0.5, "cases": [{"name", "file", "tensorTypes": [[regex, type], ...]}]}
@@ -34,7 +34,7 @@ const item = (t) => [t, { generateNext: { logits: true, options: { temperature: 
 
 for (const c of plan.cases) {
     const desc = tinyKimiK3Desc({
-        ...WIDE, eps: plan.eps, seed: 3, tensorTypes: c.tensorTypes.map(([re, ty]) => [new RegExp(re), ty])
+        ...WIDE, kv: [0, 0, 1], eps: plan.eps, seed: 3, tensorTypes: c.tensorTypes.map(([re, ty]) => [new RegExp(re), ty])
     });
     writeGguf(c.file, desc);
     line({ start: c.name });
