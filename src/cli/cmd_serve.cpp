@@ -1,6 +1,7 @@
 // k3 serve: the OpenAI-compatible HTTP server (docs/server.md).
 #include <CLI/CLI.hpp>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +22,7 @@ static int cmd_serve(int argc, char** argv) {
                "k3 serve"};
   server::ServerOptions o;
   int http_threads = 0;
-  double max_body_mb = 8;
+  double max_body_mb = 8, max_inflight_mb = 0;
   app.add_option("-m,--model", o.model_path, "GGUF model")->required();
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "port (0: any free port, printed on stderr)")->capture_default_str();
@@ -44,7 +45,16 @@ static int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--idle-timeout", o.http.idle_timeout_s, "keep-alive: seconds to wait for the next request")
       ->capture_default_str();
-  app.add_option("--http-threads", http_threads, "connection threads (default: parallel + queue + 16)");
+  app.add_option("--http-threads", http_threads,
+                 "handler threads: requests handled at once (default: parallel + queue + 16); idle and slow "
+                 "connections take none");
+  app.add_option("--max-connections", o.http.max_connections, "open connections in all; beyond that 503")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-ip", o.http.max_connections_per_ip,
+                 "open connections from one address; beyond that 503 (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--max-inflight-mb", max_inflight_mb,
+                 "request body MiB being read or handled at once, summed; beyond that 503 (default: 8 x max-body-mb)");
   app.add_option("--shutdown-grace", o.shutdown_grace_s, "on SIGINT/SIGTERM, seconds in-flight requests may finish")
       ->capture_default_str();
   app.add_flag("--test-canned", o.test_canned,
@@ -64,6 +74,25 @@ static int cmd_serve(int argc, char** argv) {
   };
   if (max_body_mb <= 0 || max_body_mb > 1024) fail("--max-body-mb must be in (0, 1024]");
   o.http.max_body = static_cast<size_t>(max_body_mb * 1024 * 1024);
+  if (max_inflight_mb < 0) fail("--max-inflight-mb must be >= 0");
+  o.http.max_inflight_bytes = max_inflight_mb > 0 ? static_cast<size_t>(max_inflight_mb * 1024 * 1024) : 8 * o.http.max_body;
+  if (o.http.max_inflight_bytes < o.http.max_body) fail("--max-inflight-mb must be at least --max-body-mb");
+  if (o.http.max_connections < 1) fail("--max-connections must be >= 1");
+  if (o.http.max_connections_per_ip < 0) fail("--max-connections-per-ip must be >= 0");
+  // Every connection is a descriptor: use the hard limit, and keep the connection limit under it.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    const rlim_t room = nofile.rlim_cur > 128 ? nofile.rlim_cur - 128 : 1;  // model file, refusals, stdio
+    if (nofile.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(o.http.max_connections) > room) {
+      std::fprintf(stderr, "k3 serve: --max-connections %d lowered to %llu (open-file limit %llu)\n",
+                   o.http.max_connections, static_cast<unsigned long long>(room),
+                   static_cast<unsigned long long>(nofile.rlim_cur));
+      o.http.max_connections = static_cast<int>(room);
+    }
+  }
   const int queue = o.queue >= 0 ? o.queue : 8 * o.parallel;
   o.http.threads = http_threads > 0 ? http_threads : o.parallel + queue + 16;
   o.http.backlog = o.http.threads;

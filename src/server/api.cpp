@@ -75,7 +75,12 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 json parse_body(std::string_view body, int max_depth) {
   size_t first = body.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) bad_request("", "the request body is empty; expected a JSON object");
+  // The DOM costs ~16 bytes a value (and up to twice that while arrays grow): a body of 8 MiB of
+  // "1," would take ~130 MB. No request needs more values than the 1 Mi token ids /detokenize
+  // takes, so more are refused before parsing (one value per ',' and per container, a bound).
+  constexpr size_t kMaxValues = (size_t{1} << 20) + (size_t{1} << 16);
   int depth = 0;
+  size_t values = 1;
   bool in_str = false, esc = false;
   for (size_t i = first; i < body.size(); ++i) {
     const char c = body[i];
@@ -86,11 +91,14 @@ json parse_body(std::string_view body, int max_depth) {
     } else if (c == '"') {
       in_str = true;
     } else if (c == '[' || c == '{') {
+      ++values;
       if (++depth > max_depth)
         bad_request("", "the request body nests arrays/objects deeper than " + std::to_string(max_depth) +
                             " levels (at byte " + std::to_string(i) + ")");
     } else if (c == ']' || c == '}') {
       --depth;
+    } else if (c == ',' && ++values > kMaxValues) {
+      bad_request("", "the request body holds more than " + std::to_string(kMaxValues) + " JSON values");
     }
   }
   json j;

@@ -37,8 +37,9 @@ json error_body_for(std::string_view path, int status, const std::string& messag
 // Compact JSON; invalid UTF-8 in strings becomes U+FFFD (model output may hold any bytes).
 std::string dump(const json& j);
 
-// Parses a request body. Rejects (400) nesting deeper than max_depth before parsing, so hostile
-// input cannot exhaust the stack, then any syntax error or invalid UTF-8, with its byte offset.
+// Parses a request body. Rejects (400) nesting deeper than max_depth and more values than any
+// route takes (~1 M) before parsing, so hostile input can exhaust neither the stack nor memory,
+// then any syntax error or invalid UTF-8, with its byte offset.
 json parse_body(std::string_view body, int max_depth);
 
 // Typed access to the fields of one JSON object, for validation with precise messages. A field

@@ -1,6 +1,7 @@
 // What the route handlers of `k3 serve` share (internal to src/server).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,18 +52,18 @@ struct ServerCtx {
 };
 
 // Route handlers (they throw ApiError for client errors).
-void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
-void handle_messages(ServerCtx& c, const httplib::Request& req, httplib::Response& res);      // /v1/messages
-void handle_count_tokens(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/messages/count_tokens
-void handle_responses(ServerCtx& c, const httplib::Request& req, httplib::Response& res);     // /v1/responses
-void handle_input_tokens(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/responses/input_tokens
-void handle_completions(ServerCtx& c, const httplib::Request& req, httplib::Response& res);  // /v1/completions
-void handle_completion(ServerCtx& c, const httplib::Request& req, httplib::Response& res);   // /completion
-void handle_tokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
-void handle_detokenize(ServerCtx& c, const httplib::Request& req, httplib::Response& res);
+void handle_chat(ServerCtx& c, const Request& req, Response& res);
+void handle_messages(ServerCtx& c, const Request& req, Response& res);      // /v1/messages
+void handle_count_tokens(ServerCtx& c, const Request& req, Response& res);  // /v1/messages/count_tokens
+void handle_responses(ServerCtx& c, const Request& req, Response& res);     // /v1/responses
+void handle_input_tokens(ServerCtx& c, const Request& req, Response& res);  // /v1/responses/input_tokens
+void handle_completions(ServerCtx& c, const Request& req, Response& res);  // /v1/completions
+void handle_completion(ServerCtx& c, const Request& req, Response& res);   // /completion
+void handle_tokenize(ServerCtx& c, const Request& req, Response& res);
+void handle_detokenize(ServerCtx& c, const Request& req, Response& res);
 
 // Shared by the handlers.
-void reply_json(httplib::Response& res, const json& j, int status = 200);
+void reply_json(Response& res, const json& j, int status = 200);
 // The prompt must leave room for at least one generated token (400 otherwise).
 void check_context(const ServerCtx& c, size_t n_prompt, const char* param);
 GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g);
@@ -70,22 +71,31 @@ GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, con
 // r.prompt_param).
 std::vector<int32_t> chat_prompt(const ServerCtx& c, const ChatRequest& r);
 // Runs a chat request and answers it through `proto`, streaming when the request asks.
-void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, httplib::Response& res);
+void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, Response& res);
 // Maps Engine::submit's refusal to an ApiError (503 with Retry-After via the error handler).
 void check_admit(Engine::Admit a);
 // The SSE event "data: JSON\n\n"; false when the client is gone.
-bool sse(httplib::DataSink& sink, const json& j);
-bool sse_raw(httplib::DataSink& sink, const std::string& data);
+bool sse(DataSink& sink, const json& j);
+bool sse_raw(DataSink& sink, const std::string& data);
 // Answers with a Server-Sent Events stream: stream_step(*job, sink) (found by argument-dependent
 // lookup) writes what is ready and says whether to go on; the generation is cancelled when the
-// stream ends or the client goes away.
+// stream ends or the client goes away. While the request waits in the queue nothing is sent (not
+// even the response headers), so a queued stream costs its client nothing to abandon.
 template <class Job>
-void start_sse(ServerCtx& c, httplib::Response& res, std::shared_ptr<Job> job) {
+void start_sse(ServerCtx& c, Response& res, std::shared_ptr<Job> job) {
+  using namespace std::chrono_literals;
   ++c.streams;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
-      "text/event-stream", [job](size_t, httplib::DataSink& sink) { return stream_step(*job, sink); },
+      "text/event-stream",
+      [job, queued = true](DataSink& sink) mutable {
+        if (queued) {
+          queued = !job->gen->wait_started(50ms);
+          if (queued) return !HttpServer::peer_gone();
+        }
+        return stream_step(*job, sink);
+      },
       [job](bool) {
         job->gen->cancel();
         --job->ctx->streams;

@@ -41,6 +41,11 @@ void Task::cancel() {
   cv_.notify_all();
 }
 
+bool Task::wait_started(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return started_ || finish_ != Finish::None; });
+}
+
 Finish Task::finish() const {
   std::lock_guard<std::mutex> lk(mu_);
   return finish_;
@@ -160,6 +165,19 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   return idle_cv_.wait_for(lk, timeout, [&] { return active_ == 0 && queue_.empty(); });
 }
 
+void Engine::cancel(const std::shared_ptr<Task>& t) {
+  t->cancel();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), t);
+    if (it == queue_.end()) return;
+    queue_.erase(it);
+    ++st_.cancelled;
+    if (queue_.empty() && active_ == 0) idle_cv_.notify_all();
+  }
+  t->end(Finish::Cancelled);
+}
+
 void Engine::cancel_all() {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& t : queue_) t->cancel();
@@ -210,7 +228,9 @@ void Engine::loop() {
             std::lock_guard<std::mutex> tl(s->task->mu_);
             s->task->times_.queued_ms = ms_between(s->task->t_submit_, s->task->t_start_);
             s->task->times_.n_prompt = static_cast<int32_t>(s->task->request().prompt.size());
+            s->task->started_ = true;
           }
+          s->task->cv_.notify_all();
           ++active_;
         }
       }

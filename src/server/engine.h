@@ -69,9 +69,12 @@ class Task {
   // Waits up to `timeout` for news; appends the tokens generated since the last call to `out`.
   // Returns true once generation has ended and every token has been taken.
   bool take(std::vector<int32_t>& out, std::chrono::milliseconds timeout);
-  // Asks the scheduler to stop this sequence (or drop it from the queue) and free its slot.
+  // Asks the scheduler to stop this sequence and free its slot (Engine::cancel also takes it out
+  // of the queue at once).
   void cancel();
   bool cancelled() const { return cancel_.load(); }
+  // Waits up to `timeout` until the task has a slot or has ended; true when it has left the queue.
+  bool wait_started(std::chrono::milliseconds timeout);
 
   Finish finish() const;
   std::string error() const;
@@ -84,6 +87,7 @@ class Task {
 
   GenRequest req_;
   std::atomic<bool> cancel_{false};
+  bool started_ = false;  // under mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> out_;
@@ -130,6 +134,9 @@ class Engine {
   void stop_accepting();
   bool wait_idle(std::chrono::milliseconds timeout);
   void cancel_all();
+  // Cancels one task: a queued one leaves the queue now (its place goes to the next request), a
+  // running one frees its slot at the next step.
+  void cancel(const std::shared_ptr<Task>& t);
 
   const EngineOptions& options() const { return o_; }
   EngineStats stats() const;

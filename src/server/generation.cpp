@@ -9,7 +9,7 @@ Generation::Generation(Engine& engine, const tok::Tokenizer& tok, GenRequest req
       detok_(tok, keep_markers),
       stops_(std::move(stops)) {}
 
-Generation::~Generation() { task_->cancel(); }
+Generation::~Generation() { engine_.cancel(task_); }
 
 Engine::Admit Generation::submit() { return engine_.submit(task_); }
 

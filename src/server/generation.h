@@ -28,7 +28,9 @@ class Generation {
   };
   // Waits up to `wait` for progress. After done, further calls return nothing.
   Piece poll(std::chrono::milliseconds wait);
-  void cancel() { task_->cancel(); }
+  void cancel() { engine_.cancel(task_); }
+  // Waits up to `wait` for a slot; false while the request is still queued.
+  bool wait_started(std::chrono::milliseconds wait) { return task_->wait_started(wait); }
 
   // After done:
   bool failed() const { return finish_ == Finish::Error || (finish_ == Finish::Cancelled && !stop_hit_); }

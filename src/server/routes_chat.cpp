@@ -43,7 +43,7 @@ struct ChatJob {
   }
 };
 
-bool write(ChatJob& job, httplib::DataSink& sink, const SseEvents& ev) {
+bool write(ChatJob& job, DataSink& sink, const SseEvents& ev) {
   for (const SseEvent& e : ev) {
     const std::string s = sse_text(e);
     if (!sink.write(s.data(), s.size())) return false;
@@ -54,7 +54,7 @@ bool write(ChatJob& job, httplib::DataSink& sink, const SseEvents& ev) {
 
 // One call of the SSE content provider: waits briefly for tokens and writes what became certain.
 // Returns false to abort the response (client gone).
-bool stream_step(ChatJob& job, httplib::DataSink& sink) {
+bool stream_step(ChatJob& job, DataSink& sink) {
   SseEvents ev;
   if (!job.started) {
     job.started = true;
@@ -91,7 +91,7 @@ std::vector<int32_t> chat_prompt(const ServerCtx& c, const ChatRequest& r) {
   return c.tok->encode(prompt, true);
 }
 
-void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, httplib::Response& res) {
+void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, Response& res) {
   std::vector<int32_t> ids = chat_prompt(c, r);
   check_context(c, ids.size(), r.prompt_param.c_str());
 
@@ -131,7 +131,7 @@ void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> 
   reply_json(res, job->proto->body(job->outcome()));
 }
 
-void handle_chat(ServerCtx& c, const httplib::Request& req, httplib::Response& res) {
+void handle_chat(ServerCtx& c, const Request& req, Response& res) {
   ChatRequest r = parse_chat_request(parse_body(req.body, c.opt.max_json_depth), c.limits);
   run_chat(c, r, openai_chat_protocol(r.model.empty() ? c.model_id : r.model, r.gen.include_usage), res);
 }

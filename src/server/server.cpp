@@ -22,7 +22,7 @@ static double steady_s() { return std::chrono::duration<double>(Clock::now().tim
 
 // ---- helpers shared by the handlers ----
 
-void reply_json(httplib::Response& res, const json& j, int status) {
+void reply_json(Response& res, const json& j, int status) {
   res.status = status;
   res.set_content(dump(j), "application/json");
 }
@@ -60,12 +60,12 @@ void check_admit(Engine::Admit a) {
     throw ApiError(503, "the server is shutting down", "", "overloaded_error");
 }
 
-bool sse_raw(httplib::DataSink& sink, const std::string& data) {
+bool sse_raw(DataSink& sink, const std::string& data) {
   const std::string ev = "data: " + data + "\n\n";
   return sink.write(ev.data(), ev.size());
 }
 
-bool sse(httplib::DataSink& sink, const json& j) { return sse_raw(sink, dump(j)); }
+bool sse(DataSink& sink, const json& j) { return sse_raw(sink, dump(j)); }
 
 // ---- metrics ----
 
@@ -124,8 +124,11 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
   metric("k3_slots_busy", "gauge", "Slots generating now.", e.busy);
   metric("k3_queue_depth", "gauge", "Requests waiting for a slot.", e.queued);
   metric("k3_http_connections", "gauge", "Open HTTP connections.", http.open_connections());
-  metric("k3_http_connections_refused_total", "counter", "Connections refused with 503 (no connection thread).",
+  metric("k3_http_connections_refused_total", "counter",
+         "Connections and requests refused with 503 by the transport (connection limits, byte budget, handler queue).",
          static_cast<double>(http.refused_connections()));
+  metric("k3_http_inflight_bytes", "gauge", "Request body bytes being read or handled.",
+         static_cast<double>(http.inflight_bytes()));
   metric("k3_process_resident_memory_bytes", "gauge", "Resident set size.", static_cast<double>(rss_bytes()));
   const struct mallinfo2 mi = mallinfo2();
   metric("k3_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (malloc arenas + mmapped blocks).",
@@ -230,20 +233,9 @@ std::string Server::describe() const {
                    eo.queue, eo.threads, c_->template_origin.c_str());
 }
 
-int Server::bind() {
-  const auto& o = c_->opt;
-  int port = o.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(o.host);
-    if (port <= 0) fail("cannot bind %s (any port)", o.host.c_str());
-  } else if (!http_->bind_to_port(o.host, port)) {
-    fail("cannot bind %s:%d (in use, or not a local address?)", o.host.c_str(), port);
-  }
-  http_->widen_accept_queue(1024);
-  return port;
-}
+int Server::bind() { return http_->bind(c_->opt.host, c_->opt.port); }
 
-void Server::run() { http_->listen_after_bind(); }
+void Server::run() { http_->run(); }
 
 void Server::shutdown() {
   ServerCtx& c = *c_;
@@ -277,9 +269,9 @@ void Server::routes() {
   ServerCtx* c = c_.get();
   HttpServer& h = *http_;
 
-  using Fn = void (*)(ServerCtx&, const httplib::Request&, httplib::Response&);
+  using Fn = void (*)(ServerCtx&, const Request&, Response&);
   auto wrap = [c](Fn fn) {
-    return [c, fn](const httplib::Request& req, httplib::Response& res) {
+    return [c, fn](const Request& req, Response& res) {
       try {
         fn(*c, req, res);
       } catch (const ApiError& e) {
@@ -291,14 +283,14 @@ void Server::routes() {
     };
   };
 
-  h.set_pre_routing_handler([c](const httplib::Request& req, httplib::Response& res) {
-    if (c->opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+  h.set_pre_routing([c](const Request& req, Response& res) {
+    if (c->opt.api_key.empty() || req.path == "/health") return false;
     // Authorization: Bearer KEY (OpenAI clients) or x-api-key: KEY (Anthropic clients).
     const std::string auth = req.get_header_value("Authorization");
     const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
-    if (bearer && ct_equal(auth.substr(7), c->opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    if (bearer && ct_equal(auth.substr(7), c->opt.api_key)) return false;
     const std::string x_key = req.get_header_value("x-api-key");
-    if (!x_key.empty() && ct_equal(x_key, c->opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    if (!x_key.empty() && ct_equal(x_key, c->opt.api_key)) return false;
     const bool none = auth.empty() && x_key.empty();
     reply_json(res,
                error_body_for(req.path, 401,
@@ -306,65 +298,15 @@ void Server::routes() {
                                    : "invalid API key"),
                401);
     res.set_header("WWW-Authenticate", "Bearer");
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
 
-  h.set_error_handler([c](const httplib::Request& req, httplib::Response& res) {
-    res.set_header("Connection", "close");
-    if (!res.body.empty()) return;
-    static const char* gets[] = {"/v1/models", "/health", "/metrics"};
-    static const char* posts[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/tokenize", "/detokenize",
-                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-                                  "/v1/responses/input_tokens"};
-    std::string allow;
-    for (const char* p : gets)
-      if (req.path == p) allow = "GET";
-    for (const char* p : posts)
-      if (req.path == p) allow = "POST";
-    std::string msg;
-    if (res.status == 400 && HttpServer::headers_too_large()) {
-      res.status = 431;
-      msg = "the request line and headers are larger than " + std::to_string(c->opt.http.max_header_bytes) + " bytes";
-    } else if (res.status == 400 && HttpServer::request_timed_out()) {
-      res.status = 408;
-      msg = "the request did not arrive completely within " + strprintf("%g", c->opt.http.request_timeout_s) + " s";
-    } else if (res.status == 400 && req.method == "POST" && !req.has_header("Content-Length") &&
-               !req.has_header("Transfer-Encoding")) {
-      res.status = 411;
-      msg = "a POST request needs a Content-Length header (or chunked transfer encoding)";
-    } else if (res.status == 400 && HttpServer::request_too_large()) {
-      res.status = 413;
-      msg = "the request body is larger than " + std::to_string(c->opt.http.max_body) + " bytes";
-    } else if (res.status == 404 && !allow.empty()) {
-      res.status = 405;
-      res.set_header("Allow", allow);
-      msg = "method " + req.method + " is not allowed on " + req.path + " (use " + allow + ")";
-    } else if (res.status == 404) {
-      msg = "unknown route: " + req.method + " " + req.path.substr(0, 200);
-    } else if (res.status == 413) {
-      msg = "the request body is larger than " + std::to_string(c->opt.http.max_body) + " bytes";
-    } else if (res.status == 400) {
-      msg = "malformed HTTP request";
-    } else {
-      msg = "HTTP error " + std::to_string(res.status);
-    }
-    reply_json(res, error_body_for(req.path, res.status, msg), res.status);
+  // Errors the transport answers itself (framing, limits, 404, 405), in the route's error shape.
+  h.set_error_writer([](const Request& req, Response& res, int status, const std::string& msg) {
+    reply_json(res, error_body_for(req.path, status, msg), status);
   });
 
-  h.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    reply_json(res, error_body_for(req.path, 500, "internal error: " + what), 500);
-  });
-
-  h.set_observer([c](const httplib::Request& req, const httplib::Response& res) {
-    c->metrics.count(route_label(req.path), res.status);
-  });
+  h.set_observer([c](const Request& req, int status) { c->metrics.count(route_label(req.path), status); });
 
   h.Post("/v1/chat/completions", wrap(handle_chat));
   h.Post("/chat/completions", wrap(handle_chat));
@@ -377,15 +319,17 @@ void Server::routes() {
   h.Post("/tokenize", wrap(handle_tokenize));
   h.Post("/detokenize", wrap(handle_detokenize));
 
-  h.Get("/health", [c](const httplib::Request&, httplib::Response& res) {
+  // GET routes only read counters: they run on the I/O thread, so they answer even when every
+  // handler thread is busy.
+  h.Get("/health", [c](const Request&, Response& res) {
     const EngineStats s = c->engine->stats();
     json j = {{"status", c->stopping ? "shutting down" : "ok"},
               {"slots_idle", s.slots - s.busy},
               {"slots_processing", s.busy},
               {"queued", s.queued}};
     reply_json(res, j, c->stopping ? 503 : 200);
-  });
-  h.Get("/v1/models", [c](const httplib::Request&, httplib::Response& res) {
+  }, true);
+  h.Get("/v1/models", [c](const Request&, Response& res) {
     json m = {{"id", c->model_id},
               {"object", "model"},
               {"created", c->created},
@@ -396,12 +340,12 @@ void Server::routes() {
                 {"n_ctx_train", c->model->hparams().n_ctx_train},
                 {"parallel", c->engine->options().parallel}}}};
     reply_json(res, json{{"object", "list"}, {"data", json::array({m})}});
-  });
-  h.Get("/metrics", [c, &h](const httplib::Request&, httplib::Response& res) {
+  }, true);
+  h.Get("/metrics", [c, &h](const Request&, Response& res) {
     const model::ExpertStats xs = c->experts ? c->experts->stats() : model::ExpertStats{};
     res.set_content(c->metrics.render(c->engine->stats(), h, steady_s() - c->t_start, c->experts ? &xs : nullptr),
                     "text/plain; version=0.0.4");
-  });
+  }, true);
 }
 
 }  // namespace k3::server

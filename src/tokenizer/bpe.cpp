@@ -102,6 +102,7 @@ void MergeBpe::merge(std::string_view piece, std::vector<int32_t>& out) const {
     return e ? BpePairRank{e->rank, e->result} : BpePairRank{-1, 0};
   });
   for (const BpePart& p : parts) emit(p.sym, out);
+  if (parts.capacity() > (size_t{1} << 16)) std::vector<BpePart>().swap(parts);  // a huge piece's scratch
 }
 
 RankBpe::RankBpe(const std::vector<std::string>& ranked) : rank_(ranked.size()) {
@@ -125,6 +126,7 @@ void RankBpe::encode(std::string_view piece, std::vector<int32_t>& out) const {
     int32_t id = rank_.get(base + p.start, p.end - p.start);
     if (id >= 0) out.push_back(id);  // only a byte missing from the ranks has none
   }
+  if (parts.capacity() > (size_t{1} << 16)) std::vector<BpePart>().swap(parts);  // a huge piece's scratch
 }
 
 }  // namespace k3::tok

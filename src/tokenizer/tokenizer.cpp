@@ -174,6 +174,8 @@ void BpeTokenizer::encode_fragment(std::string_view text, std::vector<int32_t>& 
     else
       rank_bpe_->encode(p, out);
   }
+  // Scratch left by a very long text is given back: a server's thread would keep it for good.
+  if (spans.capacity() > (size_t{1} << 17)) std::vector<Span>().swap(spans);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool parse_special) const {

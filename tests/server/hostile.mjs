@@ -72,7 +72,7 @@ const hostile = (name, expect, fn, check) => cases.push({ name, expect, fn, chec
 
 // ---- HTTP framing ----
 hostile("garbage request line", 400, () => raw(["HELLO THERE\r\n\r\n"]));
-hostile("unknown method", [400, 405], () => raw(["BREW /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"]));
+hostile("unknown method", 501, () => raw(["BREW /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"]));
 hostile("NUL bytes in the request line", 400, () => raw(["GET /he\0alth HTTP/1.1\r\n\r\n"]));
 hostile("HTTP/0.9 request", 400, () => raw(["GET /\r\n\r\n"]));
 hostile("URI of 20000 bytes", [400, 414], () => raw([`GET /${"a".repeat(20000)} HTTP/1.1\r\nHost: x\r\n\r\n`]));
