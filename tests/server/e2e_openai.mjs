@@ -2,10 +2,12 @@
 // chat (non-streaming and streaming), reasoning and tool calls through canned output, a tools
 // round trip, usage numbers (checked against @huggingface/jinja's rendering of the same
 // conversation), stop sequences, seeded reproducibility (also under concurrency), completions,
-// raw-id /completion, tokenize/detokenize, API keys, overload 503, client disconnect, context overflow, shutdown.
+// raw-id /completion, tokenize/detokenize, API keys, overload 503, client disconnect, queue hygiene,
+// context overflow, shutdown.
 //
 //   node tests/server/e2e_openai.mjs [--k3 build-srv/bin/k3]
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import * as L from "./lib.mjs";
 
@@ -468,6 +470,67 @@ test("overload -> 503 with Retry-After; client disconnect frees the slot at once
     assert(/k3_requests_total\{route="\/v1\/chat\/completions",code="503"\} 2/.test(metrics), "503s counted");
   } finally {
     await s3.stop();
+  }
+});
+
+test("queue hygiene: a queued stream sends nothing until it runs; a client that leaves the queue frees its place at once", async () => {
+  const s7 = await L.startServer(opt.k3, modelPath, ["-P", "1", "--queue", "2"]);
+  // A raw socket per queued request, so that every byte the server sends is seen.
+  const open = (body) => {
+    const sock = net.connect(s7.port, "127.0.0.1");
+    sock.bytes = 0;
+    sock.on("data", (d) => (sock.bytes += d.length));
+    sock.on("error", () => {});
+    const json = JSON.stringify(body);
+    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`);
+    return sock;
+  };
+  const until = async (what, cond) => {
+    for (let i = 0; i < 500; i++) {
+      const h = (await L.getJson(s7, "/health")).body;
+      if (cond(h)) return h;
+      await L.sleep(10);
+    }
+    throw new Error("timed out waiting for " + what);
+  };
+  try {
+    const ac = new AbortController();
+    const running = await L.client(s7).chat.completions.create(
+      { model: MODEL, messages: USER, max_tokens: 4000, ignore_eos: true, stream: true },
+      { signal: ac.signal },
+    );
+    const it = running[Symbol.asyncIterator]();
+    await it.next();
+    const streamQueued = open({ messages: USER, max_tokens: 4, stream: true });
+    const plainQueued = open({ messages: USER, max_tokens: 4 });
+    await until("two queued requests", (h) => h.queued === 2);
+    await L.sleep(300);
+    eq(streamQueued.bytes, 0, "bytes sent to a queued stream");
+    const t0 = Date.now();
+    streamQueued.destroy();
+    await until("the stream to leave the queue", (h) => h.queued === 1);
+    plainQueued.destroy();
+    await until("the plain request to leave the queue", (h) => h.queued === 0);
+    console.log(`     both left the queue ${Date.now() - t0} ms after their clients closed (slot still busy)`);
+    // A queued stream gets its first event once it has the slot.
+    const next = open({ messages: USER, max_tokens: 4, stream: true });
+    await until("a queued stream", (h) => h.queued === 1);
+    eq(next.bytes, 0, "bytes sent while queued");
+    ac.abort();
+    const text = await new Promise((resolve) => {
+      let s = "";
+      next.on("data", (d) => {
+        s += d.toString();
+        if (s.includes("[DONE]")) resolve(s);
+      });
+      setTimeout(() => resolve(s), 10000);
+    });
+    next.destroy();
+    assert(/^HTTP\/1\.1 200/.test(text) && text.includes('"role":"assistant"') && text.includes("[DONE]"), "stream after the queue: " + text.slice(0, 200));
+    const m = await (await fetch(s7.url + "/metrics")).text();
+    assert(/k3_generations_cancelled_total [3-9]/.test(m), "the two queued and the running one counted as cancelled");
+  } finally {
+    await s7.stop();
   }
 });
 

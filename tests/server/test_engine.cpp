@@ -173,6 +173,33 @@ TEST(Engine, CancelFreesSlotAtOnce) {
   EXPECT_EQ(e.stats().cancelled, 1);
 }
 
+// A queued task that is cancelled leaves the queue at once (while the slot is still busy): its
+// place is free for the next request, and it ends without ever starting.
+TEST(Engine, CancelWhileQueuedLeavesTheQueueAtOnce) {
+  const auto& m = test::tiny_model();
+  Engine e(*m.model, *m.tok, opts(1, 1, 4096));
+  auto running = std::make_shared<Task>(request("a", 3000, 1));
+  auto queued = std::make_shared<Task>(request("b", 8, 2));
+  ASSERT_EQ(e.submit(running), Engine::Admit::Ok);
+  EXPECT_TRUE(running->wait_started(10s));
+  ASSERT_EQ(e.submit(queued), Engine::Admit::Ok);
+  EXPECT_FALSE(queued->wait_started(20ms));
+  EXPECT_EQ(e.stats().queued, 1);
+  auto third = std::make_shared<Task>(request("c", 8, 3));
+  EXPECT_EQ(e.submit(third), Engine::Admit::Overloaded);
+  e.cancel(queued);
+  EXPECT_EQ(e.stats().queued, 0);
+  EXPECT_EQ(queued->finish(), Finish::Cancelled);
+  EXPECT_TRUE(queued->wait_started(0ms));  // ended
+  std::vector<int32_t> none;
+  EXPECT_TRUE(queued->take(none, 0ms));
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(e.submit(third), Engine::Admit::Ok);  // the place it left
+  e.cancel(running);
+  EXPECT_EQ(run_to_end(third).size(), 8u);
+  EXPECT_EQ(e.stats().cancelled, 2);
+}
+
 TEST(Engine, OverloadAndShutdown) {
   const auto& m = test::tiny_model();
   Engine e(*m.model, *m.tok, opts(1, 1, 4096));
