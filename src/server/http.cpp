@@ -32,11 +32,6 @@ void Response::set_header(std::string name, std::string value) {
   headers.push_back({std::move(name), std::move(value)});
 }
 
-std::string Response::get_header_value(std::string_view name) const {
-  const Header* h = find(headers, name);
-  return h ? h->value : std::string();
-}
-
 void Response::set_content(std::string b, std::string type) {
   body = std::move(b);
   content_type = std::move(type);

@@ -56,7 +56,6 @@ struct Response {
   std::function<void(bool ok)> on_done;   // after the provider ended (ok: done() was called)
 
   void set_header(std::string name, std::string value);  // replaces one of the same name
-  std::string get_header_value(std::string_view name) const;
   void set_content(std::string body, std::string content_type);
   void set_chunked_content_provider(std::string content_type, ContentProvider p,
                                     std::function<void(bool ok)> done = {});

@@ -18,15 +18,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "common/error.h"
 #include "server/http_framing.h"
+#include "server/worker_pool.h"
 
 namespace k3::server {
 
@@ -74,64 +73,6 @@ std::string response_head(const Response& res, size_t body_len, bool chunked, bo
 struct Route {
   Handler get, post;
   bool get_fast = false;
-};
-
-// Handler threads. A complete request waits for one in a bounded queue.
-class WorkerPool {
- public:
-  void start(int n) {
-    for (int i = 0; i < std::max(1, n); ++i) threads_.emplace_back([this] { work(); });
-  }
-  // False (and nothing queued) when `backlog` requests already wait beyond the free threads.
-  bool try_post(std::function<void()> fn, size_t backlog) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (jobs_.size() >= threads_.size() - busy_ + backlog) return false;
-      jobs_.push_back(std::move(fn));
-    }
-    cv_.notify_one();
-    return true;
-  }
-  void post(std::function<void()> fn) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      jobs_.push_back(std::move(fn));
-    }
-    cv_.notify_one();
-  }
-  void join() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      down_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-    threads_.clear();
-  }
-
- private:
-  void work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return !jobs_.empty() || down_; });
-        if (jobs_.empty()) return;
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-        ++busy_;
-      }
-      fn();
-      std::lock_guard<std::mutex> lk(mu_);
-      --busy_;
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  size_t busy_ = 0;
-  bool down_ = false;
-  std::vector<std::thread> threads_;
 };
 
 class Conn;
@@ -270,13 +211,14 @@ class ExchangeSink final : public DataSink {
   void done() override { done_ = true; }
   bool is_done() const { return done_; }
 
-  // After the provider: the last chunk, or (abandoned) a close without it.
+  // After the provider: the last chunk; or, abandoned, a close without it (and without any
+  // answer when nothing was written yet).
   void finish(bool ok) {
     std::string bytes;
     {
       std::lock_guard<std::mutex> lk(ex_.mu);
       if (!ok) ex_.close = true;
-      head(bytes);
+      if (ok) head(bytes);
       if (ok && chunked_) bytes += "0\r\n\r\n";
       ex_.pending += bytes.size();
       if (!bytes.empty()) ex_.out.push_back(std::move(bytes));
@@ -763,8 +705,6 @@ asio::awaitable<void> HttpServer::Impl::refuse(tcp::socket s) {
 HttpServer::HttpServer(const HttpLimits& limits) : impl_(std::make_unique<Impl>(limits)) {}
 
 HttpServer::~HttpServer() { stop(); }
-
-const HttpLimits& HttpServer::limits() const { return impl_->limits; }
 
 void HttpServer::Get(const std::string& path, Handler h, bool fast) {
   impl_->routes[path].get = std::move(h);

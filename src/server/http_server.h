@@ -49,8 +49,6 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  const HttpLimits& limits() const;
-
   // Routes match the path exactly. A `fast` handler runs on the I/O thread: it must not block or
   // set a content provider (/health, /metrics). Register before run().
   void Get(const std::string& path, Handler h, bool fast = false);
