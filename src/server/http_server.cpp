@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -448,16 +449,15 @@ asio::awaitable<bool> Conn::read_request(std::shared_ptr<Exchange>& ex) {
 
   bhttp::request_parser<bhttp::string_body> p;
   p.header_limit(static_cast<std::uint32_t>(L.max_header_bytes + 4));
-  p.body_limit(L.max_body);
+  // Checked below, once the path is known (for the route's error shape). Not boost::none: Beast
+  // 1.74 compares a Content-Length with it as larger than any limit.
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());
   p.eager(true);
   if (!why) {
     error_code ec;
     p.put(asio::buffer(data().data(), head_len), ec);
     buf_.consume(head_len);
-    if (ec == bhttp::error::body_limit)
-      why = {413, "the request body is larger than " + std::to_string(L.max_body) + " bytes"};
-    else if (ec)
-      why = {400, "malformed HTTP request: " + ec.message()};
+    if (ec) why = {400, "malformed HTTP request: " + ec.message()};
   }
   if (!why) {
     const auto& m = p.get();
@@ -468,6 +468,9 @@ asio::awaitable<bool> Conn::read_request(std::shared_ptr<Exchange>& ex) {
     ex->close = ex->close || !m.keep_alive();
     why = check_fields(req.headers, m.version());
     if (!why) req.path = target_path(req.target, req.method, why);
+    if (!why && p.content_length().value_or(0) > L.max_body)
+      why = {413, "the request body is larger than " + std::to_string(L.max_body) + " bytes"};
+    p.body_limit(L.max_body);
   }
   if (!why && p.is_done() && (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") &&
       !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
