@@ -2,13 +2,13 @@
 //  1. 256 sockets stall in their request line for --stall-seconds (a socket the server closes at
 //     its request timeout is opened again at once, so 256 are always waiting); meanwhile /health is
 //     probed every 50 ms on fresh connections and chat completions must succeed;
-//  2. 8 concurrent /tokenize requests of 7.7 MiB each: all answered alike, peak RSS (VmHWM) under
-//     1.5 GB;
+//  2. 8 (--tokenize) concurrent /tokenize requests of 7.7 MiB each: all answered alike, peak RSS
+//     (VmHWM) under 1.5 GB;
 //  3. afterwards RSS comes back within 100 MiB of where it started (waiting up to a minute).
 // Latencies are reported; --max-ms N also asserts the slowest /health probe (by hand: the check is
 // about the machine as much as the server).
 //
-//   node tests/server/pressure.mjs [--k3 build/bin/k3] [--stall-seconds 20] [--max-ms 100]
+//   node tests/server/pressure.mjs [--k3 build/bin/k3] [--stall-seconds 20] [--max-ms 100] [--tokenize 8]
 import fs from "node:fs";
 import net from "node:net";
 import * as L from "./lib.mjs";
@@ -17,6 +17,7 @@ const { assert, eq, test } = L;
 const opt = L.args();
 const stallS = Number(opt["stall-seconds"] ?? 20);
 const maxMs = opt["max-ms"] !== undefined ? Number(opt["max-ms"]) : null;
+const nTokenize = Number(opt.tokenize ?? 8);
 const dir = L.tmpdir();
 const modelPath = L.makeTinyModel(opt.k3, dir);
 const srv = await L.startServer(opt.k3, modelPath, ["-P", "2", "-c", "512"]);
@@ -90,13 +91,13 @@ test(`256 stalled sockets for ${stallS} s: /health answers throughout, chat comp
   if (maxMs !== null) assert(lat.at(-1) < maxMs, `slowest /health ${lat.at(-1).toFixed(1)} ms < ${maxMs} ms`);
 });
 
-test("8 concurrent /tokenize of 7.7 MiB: all answered alike, peak RSS under 1.5 GB", async () => {
+test(`${nTokenize} concurrent /tokenize of 7.7 MiB: all answered alike, peak RSS under 1.5 GB`, async () => {
   const words = "the lighthouse keeper watched ships pass under a sky of slate while gulls argued over fish ";
   const text = words.repeat(Math.ceil((7.7 * 1048576) / words.length)).slice(0, 7.7 * 1048576 - 16);
   const body = JSON.stringify({ content: text });
   const t0 = Date.now();
   const rs = await Promise.all(
-    Array.from({ length: 8 }, async () => {
+    Array.from({ length: nTokenize }, async () => {
       const r = await fetch(srv.url + "/tokenize", { method: "POST", headers: { "content-type": "application/json" }, body });
       const j = await r.json();
       return [r.status, j.tokens?.length ?? -1];
