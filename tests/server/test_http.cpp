@@ -293,13 +293,20 @@ TEST(Http, KeepAlivePipeliningAndOtherForms) {
   ASSERT_TRUE(i);
   EXPECT_EQ(i->header("connection"), "close");
   EXPECT_TRUE(k.closed_within(5000));
-  // HTTP/1.0: answered, then closed.
+  // HTTP/1.0: answered, then closed; a streamed body is sent as it is (no chunked coding), ended by
+  // the close.
   RawConn k10(s.port);
   k10.send("GET /health HTTP/1.0\r\n\r\n");
   auto j = k10.reply();
   ASSERT_TRUE(j);
   EXPECT_EQ(j->status, 200);
   EXPECT_TRUE(k10.closed_within(5000));
+  RawConn s10(s.port);
+  s10.send("POST /stream HTTP/1.0\r\nContent-Length: 1\r\n\r\n3");
+  EXPECT_TRUE(s10.closed_within(5000));
+  EXPECT_EQ(s10.rest().substr(0, 15), "HTTP/1.1 200 OK");
+  EXPECT_EQ(s10.rest().find("chunked"), std::string::npos);
+  EXPECT_NE(s10.rest().find("\r\n\r\n0\n1\n2\n"), std::string::npos);
 }
 
 TEST(Http, DeadlinesCutSlowAndIdleClients) {
