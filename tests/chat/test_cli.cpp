@@ -37,7 +37,7 @@ bool have_binary() { return std::ifstream(bin()).good(); }
 }  // namespace
 
 TEST(TemplateCli, Help) {
-  if (!have_binary()) GTEST_SKIP() << "no " << bin();
+  ASSERT_TRUE(have_binary()) << "no " << bin();
   int rc;
   std::string out = run(bin() + " template --help", "", rc);
   EXPECT_EQ(rc, 0);
@@ -45,7 +45,7 @@ TEST(TemplateCli, Help) {
 }
 
 TEST(TemplateCli, BuiltinFromStdin) {
-  if (!have_binary()) GTEST_SKIP() << "no " << bin();
+  ASSERT_TRUE(have_binary()) << "no " << bin();
   std::string input = R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true,"thinking":false})";
   int rc;
   std::string out = run(bin() + " template", input, rc);
@@ -60,7 +60,7 @@ TEST(TemplateCli, BuiltinFromStdin) {
 }
 
 TEST(TemplateCli, TemplateFileAndErrors) {
-  if (!have_binary()) GTEST_SKIP() << "no " << bin();
+  ASSERT_TRUE(have_binary()) << "no " << bin();
   int rc;
   std::string t = k3test::source_dir() + "/tests/chat/templates/gemma-it.jinja";
   std::string vars = R"({"messages":[{"role":"user","content":"Hi"}],"bos_token":"<bos>","add_generation_prompt":true})";

@@ -105,7 +105,7 @@ TEST(SeqFile, ReaderReturnsAnyRange) {
 }
 
 TEST(SeqFile, WriteErrorNamesTheFile) {
-  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  ASSERT_TRUE(fs::exists("/dev/full")) << "no /dev/full";
   std::string msg;
   try {
     SeqWriter w("/dev/full");

@@ -219,7 +219,7 @@ TEST(Kernels, IsaSelection) {
 
 TEST(KernelsVsGgml, FromFloat) {
   const test::GgmlCpu* g = test::GgmlCpu::get();
-  if (!g) GTEST_SKIP() << "ggml CPU backend not found";
+  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
   Gen gen(1);
   for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K}) {
     for (int rep = 0; rep < 40; ++rep) {
@@ -241,7 +241,7 @@ TEST(KernelsVsGgml, FromFloat) {
 
 TEST(KernelsVsGgml, VecDot) {
   const test::GgmlCpu* g = test::GgmlCpu::get();
-  if (!g) GTEST_SKIP() << "ggml CPU backend not found";
+  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
   std::printf("ggml variant: %s\n", g->variant().c_str());
   Gen gen(2);
   for (T t : kWeightTypes) {

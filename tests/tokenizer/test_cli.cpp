@@ -37,7 +37,7 @@ Result run(const std::string& args) {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::ifstream(k3())) GTEST_SKIP() << "k3 binary not built (" << k3() << ")";
+    ASSERT_TRUE(std::ifstream(k3())) << "k3 binary not built (" << k3() << ")";
     dir_ = ::testing::TempDir();
     model_ = dir_ + "/k3_cli_test.tiktoken";
     config_ = dir_ + "/k3_cli_test_config.json";
