@@ -10,7 +10,7 @@ static int cmd_convert(int argc, char** argv) {
   using namespace k3::convert;
   CLI::App app{
       "Converts a Hugging Face Kimi-K3 checkpoint (safetensors shards, BF16 + compressed-tensors MXFP4) to a split "
-      "GGUF set, one part per source shard, losslessly. Parts are written under a temporary name, verified, then "
+      "GGUF set, one part per source shard, losslessly, and its vision tower to mmproj-<name>-BF16.gguf. Parts are written under a temporary name, verified, then "
       "renamed; MANIFEST.json records each tensor's SHA-256. Rerunning skips verified parts and redoes the rest.",
       "k3 convert"};
   ConvertOptions o;
@@ -19,7 +19,11 @@ static int cmd_convert(int argc, char** argv) {
   app.add_option("--meta", o.plan.meta, "directory of config.json, tiktoken.model, tokenizer_config.json (default: --src)");
   app.add_option("--out-dir", o.out_dir, "output directory for the GGUF parts and MANIFEST.json")->required();
   app.add_option("--name", o.plan.name, "output file prefix (default: the source directory's name)");
-  app.add_option("--shards", o.shards, "convert only these parts, e.g. 2,5,9 or 40-60 (1-based; default all)");
+  app.add_option("--shards", o.shards,
+                 "convert only these parts, e.g. 2,5,9 or 40-60 (1-based), 'mmproj' for the vision file (default all)");
+  app.add_flag("--no-mmproj", o.plan.no_mmproj, "skip the vision tower and projector (no mmproj file)");
+  app.add_flag("--vocab-only", o.vocab_only,
+               "write only <name>-vocab.gguf: every kimi-k3.* key and the tokenizer, no tensors");
   app.add_option("--jobs,-j", o.jobs, "parts converted in parallel")->check(CLI::Range(1, 256));
   app.add_option("--outtype", outtype, "type of matrix weights: auto (keep the source's float type), bf16, f16, f32")
       ->check(CLI::IsMember({"auto", "bf16", "f16", "f32"}));

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -10,6 +11,7 @@
 #include "model/hparams.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
+#include "vision/synthetic.h"
 
 using namespace k3;
 
@@ -77,6 +79,24 @@ static int cmd_make_tiny(int argc, char** argv) {
   app.add_flag("--no-routed-norm", o.no_routed_norm, "no latent RMS norm");
   app.add_flag("--no-shared", o.no_shared, "no shared experts");
   app.add_flag("--softmax-gating", o.softmax_gating, "softmax router instead of sigmoid");
+  bool vision = false;
+  std::string vision_preset = "tiny", mmproj_out, vision_type = "bf16", vision_interp;
+  vision::VisionHParams vh = vision::vision_synth_preset("tiny", 0).hp;
+  app.add_flag("--vision", vision, "also write a random vision tower and projector: an mmproj GGUF (and HF vision shards with --hf-dir)");
+  app.add_option("--mmproj-out", mmproj_out, "mmproj path (default: mmproj-<name of --out>.gguf beside it)");
+  app.add_option("--vision-preset", vision_preset, "tiny | k3 (K3's real vision dimensions)")->capture_default_str();
+  app.add_option("--vision-type", vision_type, "type of every vision tensor: bf16 (as the checkpoint), f16, f32")->capture_default_str();
+  app.add_option("--vision-layers", vh.n_layer, "vision blocks");
+  app.add_option("--vision-width", vh.n_embd, "vision width C");
+  app.add_option("--vision-heads", vh.n_head, "vision attention heads");
+  app.add_option("--vision-head-dim", vh.head_dim, "vision head size (a multiple of 4)");
+  app.add_option("--vision-ff", vh.n_ff, "vision MLP width");
+  app.add_option("--vision-pos", vh.pos_h, "position table side (patches)");
+  app.add_option("--vision-proj-hidden", vh.proj_hidden, "projector hidden width");
+  app.add_option("--vision-patch-limit", vh.in_patch_limit, "in_patch_limit (patches per image before downscaling)");
+  app.add_option("--vision-eps", vh.eps, "vision RMS-norm epsilon");
+  app.add_option("--vision-proj-eps", vh.proj_eps, "projector RMS-norm epsilon");
+  app.add_option("--vision-interp", vision_interp, "position-table interpolation: bicubic | bilinear");
   bool no_norm = false, quiet = false;
   app.add_flag("--no-weights-norm", no_norm, "do not renormalise the top-k weights");
   app.add_flag("--quiet,-q", quiet, "no progress output");
@@ -93,6 +113,41 @@ static int cmd_make_tiny(int argc, char** argv) {
     const size_t eq = ov.find('=');
     if (eq == std::string::npos || eq == 0) fail("--tensor-type: expected NAME_PART=TYPE, got '%s'", ov.c_str());
     o.tensor_types.push_back({ov.substr(0, eq), parse_type(ov.substr(eq + 1), "--tensor-type")});
+  }
+
+  vision::VisionSynthOptions vo;
+  if (vision) {
+    // The preset, then the flags the user set.
+    vo = vision::vision_synth_preset(vision_preset, o.n_embd);
+    auto set = [&](const char* flag, uint32_t& field, uint32_t v) {
+      if (app.count(flag)) field = v;
+    };
+    set("--vision-layers", vo.hp.n_layer, vh.n_layer);
+    set("--vision-width", vo.hp.n_embd, vh.n_embd);
+    set("--vision-heads", vo.hp.n_head, vh.n_head);
+    set("--vision-head-dim", vo.hp.head_dim, vh.head_dim);
+    set("--vision-ff", vo.hp.n_ff, vh.n_ff);
+    set("--vision-pos", vo.hp.pos_h, vh.pos_h);
+    set("--vision-proj-hidden", vo.hp.proj_hidden, vh.proj_hidden);
+    set("--vision-patch-limit", vo.hp.in_patch_limit, vh.in_patch_limit);
+    vo.hp.pos_w = vo.hp.pos_h;
+    if (app.count("--vision-eps")) vo.hp.eps = vh.eps;
+    if (app.count("--vision-proj-eps")) vo.hp.proj_eps = vh.proj_eps;
+    if (!vision_interp.empty()) {
+      if (vision_interp != "bicubic" && vision_interp != "bilinear")
+        fail("--vision-interp: expected bicubic or bilinear, got '%s'", vision_interp.c_str());
+      vo.hp.interp = vision_interp == "bicubic" ? vision::PosInterp::Bicubic : vision::PosInterp::Bilinear;
+    }
+    vo.hp.n_proj = o.n_embd;
+    vo.type = parse_type(vision_type, "--vision-type");
+    vo.seed = o.seed;
+    vo.name = o.name + "-vision";
+    if (mmproj_out.empty()) {
+      const std::filesystem::path p(out);
+      mmproj_out = (p.parent_path() / ("mmproj-" + p.stem().string() + ".gguf")).string();
+    }
+  } else if (!mmproj_out.empty()) {
+    fail("--mmproj-out needs --vision");
   }
 
   const model::HParams hp = model::synth_hparams(o);
@@ -112,8 +167,14 @@ static int cmd_make_tiny(int argc, char** argv) {
     bar.stop();
   }
   if (!quiet) std::fprintf(stderr, "make-tiny: wrote %s (%zu tensors)\n", out.c_str(), model::tensor_count(hp));
+  if (vision) {
+    vision::write_synthetic_mmproj(mmproj_out, vo);
+    if (!quiet) std::fprintf(stderr, "make-tiny: wrote %s (%s)\n", mmproj_out.c_str(), vo.hp.summary().c_str());
+  }
   if (!hf_dir.empty()) {
-    convert::write_hf_checkpoint(out, hf_dir);
+    convert::HfLayout lay;
+    if (vision) lay.mmproj = mmproj_out;
+    convert::write_hf_checkpoint(out, hf_dir, lay);
     if (!quiet) std::fprintf(stderr, "make-tiny: wrote the Hugging Face checkpoint %s\n", hf_dir.c_str());
   }
   return 0;

@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -110,18 +111,16 @@ class Converter {
     plan_ = make_plan(opt_.plan);
     for (const auto& n : plan_.notes) progress_.message(n);
 
-    const int n = static_cast<int>(plan_.parts.size());
-    std::vector<int> sel;
-    if (opt_.shards.empty())
-      for (int i = 1; i <= n; ++i) sel.push_back(i);
-    else
-      sel = parse_shard_spec(opt_.shards, n);
-    for (int no : sel) todo_.push_back(no - 1);
-
-    progress_.message(strprintf("%s: %zu text tensors in %zu shards -> %zu GGUF tensors in %d parts (%zu selected)%s",
-                                opt_.plan.src.c_str(), count_sources(), plan_.shards.size(), plan_.tensors.size(), n,
-                                todo_.size(),
-                                plan_.skipped_vision ? strprintf("; %zu vision tensors skipped", plan_.skipped_vision).c_str() : ""));
+    const int n = static_cast<int>(plan_.parts.size()), n_text = plan_.n_text_parts;
+    if (opt_.vocab_only) {
+      write_vocab_only();
+      return result_;
+    }
+    select_parts();
+    const bool has_mmproj = n > n_text;
+    progress_.message(strprintf("%s: %zu source tensors in %zu shards -> %zu GGUF tensors in %d parts%s (%zu selected)",
+                                opt_.plan.src.c_str(), count_sources(), plan_.shards.size(), plan_.tensors.size(), n_text,
+                                has_mmproj ? " + mmproj" : "", todo_.size()));
     if (opt_.dry_run) {
       for (const auto& p : plan_.parts)
         progress_.message(strprintf("  %s: %zu tensors, %s", p.file.c_str(), p.tensors.size(),
@@ -181,6 +180,40 @@ class Converter {
   }
 
  private:
+  // --shards: text part numbers (1-based) and/or "mmproj"; all parts without it.
+  void select_parts() {
+    const int n = static_cast<int>(plan_.parts.size()), n_text = plan_.n_text_parts;
+    if (opt_.shards.empty()) {
+      for (int i = 0; i < n; ++i) todo_.push_back(i);
+      return;
+    }
+    std::string spec, item;
+    bool mmproj = false;
+    std::stringstream ss(opt_.shards);
+    while (std::getline(ss, item, ','))
+      if (item == "mmproj") mmproj = true;
+      else spec += (spec.empty() ? "" : ",") + item;
+    if (mmproj && n == n_text) fail("--shards '%s': this checkpoint has no vision tensors, so there is no mmproj", opt_.shards.c_str());
+    if (!spec.empty())
+      for (int no : parse_shard_spec(spec, n_text)) todo_.push_back(no - 1);
+    if (mmproj) todo_.push_back(n - 1);
+  }
+
+  // --vocab-only: every kimi-k3.* key and the tokenizer, no tensors.
+  void write_vocab_only() {
+    std::error_code ec;
+    fs::create_directories(out_dir_, ec);
+    if (ec) fail("%s: cannot create: %s", out_dir_.c_str(), ec.message().c_str());
+    const std::string path = (fs::path(out_dir_) / (plan_.meta.get_str("general.name") + "-vocab.gguf")).string();
+    gguf::Metadata meta = plan_.meta;
+    meta.erase("general.file_type");
+    gguf::Writer w(path, meta, {});
+    w.finish();
+    progress_.stop();
+    if (!opt_.quiet) std::fprintf(stderr, "k3 convert: wrote %s (vocabulary and hyperparameters, no tensors)\n", path.c_str());
+    result_.parts_written = 1;
+  }
+
   size_t count_sources() const {
     size_t c = 0;
     for (const auto& t : plan_.tensors) c += t.src.size();
@@ -350,7 +383,7 @@ class Converter {
   };
 
   std::string label(const Part& p) const {
-    return strprintf("part %d/%zu", p.no + 1, plan_.parts.size());
+    return p.mmproj ? std::string("mmproj") : strprintf("part %d/%d", p.no + 1, plan_.n_text_parts);
   }
 
   void do_part(const Part& p) {

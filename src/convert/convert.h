@@ -1,5 +1,6 @@
 // `k3 convert`: a Hugging Face Kimi-K3 checkpoint to a split GGUF set, one part per source shard
-// (conversion.md §6). Parts are independent: each is written under a temporary name (direct I/O
+// (conversion.md §6), and the vision tower to mmproj-<name>-BF16.gguf (vision.md §3), written and
+// checked like a part. Parts are independent: each is written under a temporary name (direct I/O
 // where the filesystem allows), its digests taken from the bytes as they are written, re-opened
 // and checked (size, metadata, tensor table; with verify_writes also every byte read back from
 // the disk), and only then renamed; MANIFEST.json gains its tensors after the rename. A rerun checks finished parts against the manifest (every byte
@@ -22,6 +23,7 @@ struct ConvertOptions {
   bool quiet = false;
   bool dry_run = false;  // plan and check only
   bool verify_writes = false;  // read every written part back before renaming it (twice the disk traffic)
+  bool vocab_only = false;     // write only <name>-vocab.gguf: the metadata and tokenizer, no tensors
 };
 
 struct ConvertResult {

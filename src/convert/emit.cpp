@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "convert/mxfp4_repack.h"
 #include "tensor/fp16.h"
+#include "vision/registry.h"
 
 namespace k3::convert {
 
@@ -73,6 +74,8 @@ class Emitter {
   void run(const OutTensor& t) {
     switch (t.xf) {
       case Transform::None:
+        if (t.permute_qk) return permute_qk(t);
+        [[fallthrough]];
       case Transform::ToF32:
       case Transform::ReshapeConv: convert_span(t.src[0], t.type, 0, t.src[0].t->nelements()); break;
       case Transform::NegExpALog: alog(t); break;
@@ -114,6 +117,23 @@ class Emitter {
       out_.put(buf_.data(), m * ggml_elem_size(type));
       release(s, base + i * es, m * es);
     }
+  }
+
+  // mmproj attn_qkv: the same rows in the order of vision.md §3, bytes unchanged.
+  void permute_qk(const OutTensor& t) {
+    const SrcRef& s = t.src[0];
+    K3_ASSERT(same_repr(s.t->dtype, t.type));
+    const size_t row = static_cast<size_t>(t.ne[0]) * st::dtype_size(s.t->dtype);
+    const int64_t rows = t.ne[1];
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk / row));
+    buf_.resize(static_cast<size_t>(per) * row);
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+      const int64_t n = std::min(per, rows - r0);
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(buf_.data() + r * row, s.t->data + vision::qkv_source_row(r0 + r, p_.vision) * row, row);
+      out_.put(buf_.data(), n * row);
+    }
+    release(s, s.t->data, s.t->nbytes());
   }
 
   std::vector<float> floats(const SrcRef& s, int64_t n) {

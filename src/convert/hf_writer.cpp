@@ -11,11 +11,14 @@
 #include "common/error.h"
 #include "convert/emit.h"
 #include "convert/hf_config.h"
+#include "convert/mmproj.h"
 #include "convert/mxfp4_repack.h"
 #include "convert/st_writer.h"
 #include "model/registry.h"
 #include "tensor/fp16.h"
 #include "tokenizer/vocab.h"
+#include "vision/model.h"
+#include "vision/registry.h"
 
 namespace k3::convert {
 
@@ -123,15 +126,7 @@ class HfBuilder {
     const uint32_t L = hp_.n_layer;
     globals_ = static_cast<int>(L);
     model::for_each_tensor(hp_, [&](const model::TensorRef& r) { add(r); });
-    if (lay_.vision) {
-      const int vs = globals_ + 1;
-      for (const char* n : {"vision_tower.patch_embed.proj.weight", "vision_tower.encoder.blocks.0.attn.qkv.weight",
-                            "mm_projector.proj.0.weight", "mm_projector.proj.2.weight"}) {
-        std::vector<float> v(64 * 16);
-        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 7) * 0.25f;
-        tensors_.push_back({n, st::DType::BF16, {64, 16}, vs, [v] { return pack_floats(v, st::DType::BF16); }});
-      }
-    }
+    if (!lay_.mmproj.empty()) add_vision();
   }
 
   void write(const std::string& dir) {
@@ -287,6 +282,31 @@ class HfBuilder {
     (void)r;
   }
 
+  // The mmproj's tensors under their checkpoint names: blocks in one shard, the rest in the next
+  // (as shards 95 and 96 of the real checkpoint); attn_qkv rows back in the interleaved order.
+  void add_vision() {
+    mmproj_ = vision::VisionModel::load(lay_.mmproj);
+    vhp_ = mmproj_->hparams();
+    const int vs = globals_ + 1;
+    vision::for_each_vision_tensor(vhp_, [&](const vision::VTensor& v) {
+      const gguf::TensorInfo* tp = &mmproj_->file().get(v.name);
+      const std::vector<int64_t> shape(v.ne.rbegin(), v.ne.rend());
+      const int shard = v.layer >= 0 ? vs : vs + 1;
+      if (v.xf == vision::VTransform::Copy) {
+        tensors_.push_back({v.hf, dtype_of(*tp), shape, shard, [tp] { return raw(*tp); }});
+        return;
+      }
+      const vision::VisionHParams hp = vhp_;
+      tensors_.push_back({v.hf, dtype_of(*tp), shape, shard, [tp, hp] {
+                            const size_t row = tp->nbytes / static_cast<size_t>(tp->ne[1]);
+                            std::vector<uint8_t> b(tp->nbytes);
+                            for (int64_t r = 0; r < tp->ne[1]; ++r)
+                              std::memcpy(b.data() + vision::qkv_source_row(r, hp) * row, tp->data + r * row, row);
+                            return b;
+                          }});
+    });
+  }
+
   void write_tokenizer(const std::string& dir) {
     const gguf::Metadata& meta = m_.meta();
     const auto& tokens = std::get<std::vector<std::string>>(meta.get_array("tokenizer.ggml.tokens").data);
@@ -332,7 +352,13 @@ class HfBuilder {
     if (meta.has("tokenizer.ggml.eos_token_id")) eos = meta.get_u32("tokenizer.ggml.eos_token_id");
     bool mxfp4 = false;
     for (const auto* t : m_.tensors()) mxfp4 |= t->type == GgmlType::MXFP4;
-    write_text(fs::path(dir) / "config.json", hf_config_json(hp_, mxfp4, eos));
+    std::string config = hf_config_json(hp_, mxfp4, eos);
+    if (mmproj_) {
+      json c = json::parse(config);
+      c["vision_config"] = vision_config_json(vhp_);
+      config = c.dump(2) + "\n";
+    }
+    write_text(fs::path(dir) / "config.json", config);
     json gen;
     if (eos) gen["eos_token_id"] = *eos;
     if (meta.has("tokenizer.ggml.bos_token_id")) gen["bos_token_id"] = meta.get_u32("tokenizer.ggml.bos_token_id");
@@ -343,6 +369,8 @@ class HfBuilder {
   const gguf::Model& m_;
   HfLayout lay_;
   model::HParams hp_;
+  std::unique_ptr<vision::VisionModel> mmproj_;
+  vision::VisionHParams vhp_;
   int globals_ = 0;
   std::vector<HfTensor> tensors_;
 };

@@ -5,7 +5,7 @@
 // exactly, score vectors -> norm/proj pairs whose float32 product is exact, conv -> [D, 1, K],
 // k_b/v_b -> kv_b_proj, expert stacks -> per-expert matrices or MXFP4 weight_packed/weight_scale.
 // Also written: config.json (real field names, nested text_config), the index, tiktoken.model,
-// tokenizer_config.json, generation_config.json.
+// tokenizer_config.json, generation_config.json; with an mmproj, the vision shards (vision.md §2).
 #pragma once
 #include <string>
 
@@ -14,7 +14,9 @@
 namespace k3::convert {
 
 struct HfLayout {
-  bool vision = true;       // a last shard of vision-tower/projector tensors (the converter skips them)
+  std::string mmproj;       // an mmproj GGUF: its tower and projector become the last two shards (blocks,
+                            // then the rest) with the checkpoint's interleaved Q/K rows, and config.json
+                            // gets its vision_config
   bool scatter = false;     // AttnRes proj halves and the upper half of every expert stack go to the
                             // next shard, so tensors span shards (conversion.md §6)
   bool conv_2d = false;     // conv weights as [D, K] instead of the real [D, 1, K]

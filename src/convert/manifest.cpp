@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "vision/registry.h"
 #include "convert/digest.h"
 
 namespace k3::convert {
@@ -202,9 +203,14 @@ VerifyReport verify_files(const Manifest& m, const std::vector<std::string>& fil
     for (auto& [count, parts] : parts_by_count)
       if (static_cast<int>(parts.size()) != count) complete = false;
   }
+  // The manifest covers the text set and the mmproj: each side's absent tensors are reported when
+  // the files hold that side.
+  bool text_given = false, mmproj_given = false;
+  for (const auto& n : seen) (vision::is_vision_tensor_name(n) ? mmproj_given : text_given) = true;
   if (complete)
     for (const auto& [name, e] : m.tensors)
-      if (!seen.count(name)) rep.problems.push_back(strprintf("tensor '%s' is in the manifest but in none of the files", name.c_str()));
+      if (!seen.count(name) && (vision::is_vision_tensor_name(name) ? mmproj_given : text_given))
+        rep.problems.push_back(strprintf("tensor '%s' is in the manifest but in none of the files", name.c_str()));
   return rep;
 }
 

@@ -29,7 +29,8 @@ struct Manifest {
 
 // Checks GGUF files against a manifest. Every tensor of every file is hashed; a tensor whose
 // name, type, shape or hash disagrees is reported by name. Manifest tensors absent from the files
-// are reported when the files form complete split sets (or standalone files).
+// are reported when the files form complete split sets (or standalone files): text tensors when
+// text files are given, mmproj tensors ("v.", "mm.") when an mmproj is.
 struct VerifyReport {
   size_t files = 0, tensors_checked = 0, tensors_ok = 0;
   uint64_t bytes = 0;

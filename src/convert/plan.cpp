@@ -13,7 +13,9 @@
 
 #include "common/error.h"
 #include "gguf/writer.h"
+#include "convert/mmproj.h"
 #include "tokenizer/vocab.h"
+#include "vision/registry.h"
 
 namespace k3::convert {
 
@@ -136,12 +138,6 @@ std::string sanitize(std::string s) {
   return s.empty() ? std::string("model") : s;
 }
 
-bool is_vision(const std::string& n) {
-  for (const char* p : {"vision_tower.", "mm_projector.", "multi_modal_projector.", "vision_model."})
-    if (n.rfind(p, 0) == 0) return true;
-  return false;
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
@@ -173,6 +169,13 @@ class Builder {
     check_leftovers();
     build_metadata(meta_dir);
     build_parts();
+    if (vision_.empty()) return;
+    if (opt_.no_mmproj) {
+      p_.skipped_vision = vision_.size();
+      p_.notes.push_back(strprintf("mmproj: %zu vision tensors skipped (--no-mmproj)", vision_.size()));
+      return;
+    }
+    plan_mmproj(p_, vision_, read_json(p_.cfg.path), p_.cfg.path, name_);
   }
 
  private:
@@ -204,8 +207,8 @@ class Builder {
     for (const auto& [full, si] : p_.index.shard_of) {
       std::string n = full;
       if (n.rfind("language_model.", 0) == 0) n = n.substr(15);
-      if (is_vision(n) || is_vision(full)) {
-        ++p_.skipped_vision;
+      if (vision::is_vision_source_name(n) || vision::is_vision_source_name(full)) {
+        vision_.emplace(n, VisionSource{{si, p_.shards[si]->find(full)}, full});
         continue;
       }
       if (n.size() != full.size()) prefix_ = "language_model.";
@@ -524,6 +527,7 @@ class Builder {
     int nparts = 0;
     for (size_t si = 0; si < p_.shards.size(); ++si)
       if (text[si]) part_of_shard[si] = nparts++;
+    p_.n_text_parts = nparts;
     p_.parts.resize(nparts);
     for (size_t si = 0; si < p_.shards.size(); ++si)
       if (part_of_shard[si] >= 0) p_.parts[part_of_shard[si]].src_shard = static_cast<int>(si);
@@ -560,6 +564,7 @@ class Builder {
   const PlanOptions& opt_;
   Plan& p_;
   std::map<std::string, Src> by_name_;
+  std::map<std::string, VisionSource> vision_;
   std::string name_;
   std::string prefix_;  // "language_model." when the checkpoint's text tensors carry it
 };

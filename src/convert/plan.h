@@ -12,6 +12,7 @@
 #include "convert/safetensors.h"
 #include "gguf/gguf.h"
 #include "model/registry.h"
+#include "vision/hparams.h"
 
 namespace k3::convert {
 
@@ -23,6 +24,7 @@ struct PlanOptions {
   std::string name;           // output file prefix (default: the source directory's name)
   OutType outtype = OutType::Auto;
   std::string chat_template_file;  // overrides the checkpoint's template
+  bool no_mmproj = false;          // skip the vision tower and projector
 };
 
 struct SrcRef {
@@ -38,6 +40,7 @@ struct OutTensor {
   std::vector<SrcRef> src;     // None/ToF32/Conv/ALog/Split*: 1; FuseScore: norm, proj;
                                // StackExperts: E (float) or 2E (packed, scale interleaved)
   bool mxfp4 = false;          // StackExperts from compressed-tensors MXFP4
+  bool permute_qk = false;     // mmproj attn_qkv: rows reordered (vision.md §3), bytes kept
   int64_t rows = 0, cols = 0;  // StackExperts: one expert's logical [rows, cols]
   int64_t heads = 0, d_nope = 0, d_v = 0, r_kv = 0;  // SplitKb/SplitVb
   int part = 0;                // index into Plan::parts
@@ -47,6 +50,7 @@ struct OutTensor {
 
 struct Part {
   int no = 0;                  // 0-based
+  bool mmproj = false;         // the vision tower's file (not part of the split set)
   std::string file;            // file name (no directory)
   int src_shard = -1;
   std::vector<int> tensors;    // indices into Plan::tensors, in file order
@@ -61,8 +65,10 @@ struct Plan {
   HfConfig cfg;
   gguf::Metadata meta;         // all KVs (part 1 carries them)
   std::vector<OutTensor> tensors;
-  std::vector<Part> parts;
-  size_t skipped_vision = 0;
+  std::vector<Part> parts;     // the split set, then the mmproj if there is one
+  int n_text_parts = 0;
+  vision::VisionHParams vision;  // when there is an mmproj part
+  size_t skipped_vision = 0;   // vision tensors not converted (--no-mmproj)
   std::vector<std::string> notes;  // informational lines (template source, vocab, ...)
 };
 

@@ -62,6 +62,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   for (size_t i = 0; i < n_seg; ++i) {
     const Segment& sg = batch[i];
     K3_ASSERT(sg.state != nullptr && (sg.want == Logits::None || sg.logits != nullptr));
+    for (const InputRows& r : sg.rows) K3_ASSERT(r.n >= 0 && (r.n == 0 || r.data != nullptr));
     auto bad = [&](const std::string& msg) { throw SegmentError(i, seg_prefix(i, n_seg) + msg); };
     if (sg.n <= 0) bad("forward: no tokens");
     for (int64_t t = 0; t < sg.n; ++t)
@@ -91,7 +92,14 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
   // h: running stream, u/v: mixes, xn: normed block input, a: block output, p: post-attention stream
   std::vector<float>&h = tls.h, &mix = tls.mix, &xn = tls.xn, &a = tls.a, &p = tls.p;
   scratch_zeros(h, T * H), scratch_zeros(mix, T * H), scratch_zeros(xn, T * H), scratch_zeros(a, T * H), scratch_zeros(p, T * H);
-  for (size_t i = 0; i < n_seg; ++i) embed(w_.token_embd, batch[i].ids, segs[i].n, h.data() + segs[i].row0 * H);
+  for (size_t i = 0; i < n_seg; ++i) {
+    float* x = h.data() + segs[i].row0 * H;
+    embed(w_.token_embd, batch[i].ids, segs[i].n, x);
+    for (const InputRows& r : batch[i].rows) {
+      const int64_t a = std::max<int64_t>(r.at, 0), b = std::min(r.at + r.n, segs[i].n);
+      if (a < b) std::copy_n(r.data + (a - r.at) * H, (b - a) * H, x + a * H);
+    }
+  }
   trace("inp_embd", -1, h.data(), T, H);
 
   Bank& bank = tls.bank;
@@ -180,7 +188,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
 }
 
 void Model::prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch, const RunOptions& opt, Logits want,
-                    std::vector<float>* logits) const {
+                    std::vector<float>* logits, std::span<const InputRows> rows) const {
   if (ids.empty()) fail("prefill: no tokens");
   if (n_batch <= 0) n_batch = static_cast<int64_t>(ids.size());
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -193,11 +201,14 @@ void Model::prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch,
            n_vocab() - 1);
   if (logits) logits->clear();
   std::vector<float> part;
+  std::vector<InputRows> shifted(rows.begin(), rows.end());
   for (int64_t b = 0; b < n; b += n_batch) {
     const int64_t T = std::min(n_batch, n - b);
     const bool last_chunk = b + T == n;
     const Logits w = want == Logits::All ? Logits::All : (want == Logits::Last && last_chunk ? Logits::Last : Logits::None);
-    forward(st, ids.data() + b, T, opt, w, &part);
+    for (size_t i = 0; i < rows.size(); ++i) shifted[i].at = rows[i].at - b;
+    const Segment seg{&st, ids.data() + b, T, w, &part, shifted};
+    forward(std::span<const Segment>(&seg, 1), opt);
     if (w != Logits::None && logits) logits->insert(logits->end(), part.begin(), part.end());
   }
 }

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
+#include "model/input_rows.h"
 #include "model/ops.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -35,13 +36,15 @@ struct RunOptions {
 enum class Logits : uint8_t { None, Last, All };
 
 // One sequence's part of a batch: ids[0..n) at positions state->n_past() .. +n. logits receives
-// [rows][n_vocab] for its last token (Last) or every token (All); untouched for None.
+// [rows][n_vocab] for its last token (Last) or every token (All); untouched for None. rows replace
+// the embeddings of some of the tokens (input_rows.h; positions relative to ids[0]).
 struct Segment {
   State* state = nullptr;
   const int32_t* ids = nullptr;
   int64_t n = 0;
   Logits want = Logits::None;
   std::vector<float>* logits = nullptr;
+  std::span<const InputRows> rows = {};
 };
 
 // A batch was refused because of one segment (id outside the vocabulary, context exceeded, empty,
@@ -73,9 +76,10 @@ class Model {
   void forward(State& st, const int32_t* ids, int64_t T, const RunOptions& opt, Logits want,
                std::vector<float>* logits) const;
 
-  // forward() in chunks of at most n_batch tokens; logits as above (All: every token).
+  // forward() in chunks of at most n_batch tokens; logits as above (All: every token); rows as in
+  // a Segment, relative to ids[0].
   void prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch, const RunOptions& opt, Logits want,
-               std::vector<float>* logits) const;
+               std::vector<float>* logits, std::span<const InputRows> rows = {}) const;
 
  private:
   Model() = default;
