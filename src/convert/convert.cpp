@@ -109,7 +109,10 @@ class Converter {
     out_dir_ = opt_.out_dir;
     scratch_ = opt_.scratch.empty() ? out_dir_ : opt_.scratch;
     plan_ = make_plan(opt_.plan);
-    for (const auto& n : plan_.notes) progress_.message(n);
+    for (const auto& n : plan_.notes) {
+      if (opt_.quiet && n.starts_with("warning:")) std::fprintf(stderr, "%s\n", n.c_str());  // even when quiet
+      progress_.message(n);
+    }
 
     const int n = static_cast<int>(plan_.parts.size()), n_text = plan_.n_text_parts;
     if (opt_.vocab_only) {

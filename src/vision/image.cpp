@@ -144,7 +144,7 @@ bool run_jpeg(JpegJob& job) {
   err.pub.error_exit = jpeg_on_error;
   err.pub.emit_message = jpeg_on_message;
   if (setjmp(err.jb)) {
-    job.error = std::string("corrupt JPEG: ") + err.msg;
+    job.error = err.eof ? std::string("truncated JPEG (the data ends inside the header)") : std::string("corrupt JPEG: ") + err.msg;
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
