@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "server/engine.h"
 #include "server/text_stream.h"
+#include "vision/vision.h"
 
 using namespace k3;
 using json = nlohmann::ordered_json;
@@ -56,7 +57,7 @@ std::string read_text_file(const std::string& path) {
 void help() {
   std::printf(
       "commands: /exit  /reset (forget the conversation)  /think on|off  /effort low|high|max\n"
-      "          /system TEXT (replace the system prompt)  /help\n"
+      "          /system TEXT (replace the system prompt)  /image PATH (attach to the next message; --mmproj)  /help\n"
       "A line ending in \\ continues on the next line. Ctrl-C stops a reply; at the prompt it exits.\n");
 }
 
@@ -89,6 +90,11 @@ static int cmd_chat(int argc, char** argv) {
   app.add_flag("--show-prompt", show_prompt, "print each rendered prompt (debugging)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  std::string mmproj;
+  vision::VisionOptions vo;
+  app.add_option("--mmproj", mmproj, "vision mmproj GGUF: /image PATH attaches an image");
+  app.add_option("--image-max-pixels", vo.max_pixels, "refuse images with more pixels")->capture_default_str();
+  app.add_option("--image-max-tokens", vo.max_tokens, "largest number of rows per image (0: the mmproj's patch limit)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -121,6 +127,15 @@ static int cmd_chat(int argc, char** argv) {
   auto store = cli::make_expert_store(*m, stream, false, model::state_bytes(m->hparams(), eo.n_ctx));
   eo.experts = store.get();
   server::Engine engine(*m, *tok, eo);
+  std::unique_ptr<vision::Vision> vis;
+  if (!mmproj.empty()) {
+    vo.threads = eo.threads;
+    vis = std::make_unique<vision::Vision>(mmproj, vo);
+    vis->check_text_width(m->hparams().n_embd, model_path);
+  }
+  // Every image of the conversation in order (the template consumes them in message order), and
+  // those attached to the next message.
+  std::vector<std::shared_ptr<const vision::ImageRows>> images, pending;
 
   std::signal(SIGINT, on_sigint);
   std::printf("%sk3 chat%s: %s, context %lld, thinking %s. /help for commands.\n", st.bold(), st.reset(),
@@ -149,6 +164,7 @@ static int cmd_chat(int argc, char** argv) {
     }
     if (line == "/reset") {
       history = json::array();
+      images.clear(), pending.clear();
       std::printf("(conversation cleared)\n");
       continue;
     }
@@ -167,16 +183,48 @@ static int cmd_chat(int argc, char** argv) {
       std::printf("(system prompt set)\n");
       continue;
     }
+    if (line.rfind("/image", 0) == 0 && (line.size() == 6 || line[6] == ' ')) {
+      const std::string path = line.size() > 7 ? line.substr(7) : "";
+      if (!vis) {
+        std::printf("/image needs a vision tower: start k3 chat with --mmproj\n");
+      } else if (path.empty()) {
+        std::printf("usage: /image PATH\n");
+      } else {
+        try {
+          pending.push_back(vis->encode(vision::read_image_file(path), "", path));
+          const vision::Geometry& g = pending.back()->geometry;
+          std::printf("(image %s: %ux%u, %lld rows; attached to your next message)\n", path.c_str(), g.width, g.height,
+                      static_cast<long long>(pending.back()->n_tokens));
+        } catch (const Error& e) {
+          std::printf("%s\n", e.what());
+        }
+      }
+      continue;
+    }
     if (line[0] == '/') {
       std::printf("unknown command %s (/help)\n", line.c_str());
       continue;
     }
 
+    json user = {{"role", "user"}, {"content", line}};
+    if (!pending.empty()) {
+      json parts = json::array();
+      for (size_t i = 0; i < pending.size(); ++i) parts.push_back({{"type", "image_url"}, {"image_url", {{"url", "k3-chat-image"}}}});
+      parts.push_back({{"type", "text"}, {"text", line}});
+      user["content"] = parts;
+    }
+    std::vector<std::shared_ptr<const vision::ImageRows>> turn_images = images;
+    turn_images.insert(turn_images.end(), pending.begin(), pending.end());
     json msgs = json::array();
     if (!system_prompt.empty()) msgs.push_back({{"role", "system"}, {"content", system_prompt}});
     for (const auto& h : history) msgs.push_back(h);
-    msgs.push_back({{"role", "user"}, {"content", line}});
+    msgs.push_back(user);
     json in = {{"messages", chat::normalize_openai_messages(msgs)}, {"add_generation_prompt", true}};
+    if (!turn_images.empty()) {
+      json prompts = json::array();
+      for (const auto& im : turn_images) prompts.push_back(im->prompt());
+      in["image_prompts"] = prompts;
+    }
     if (!tools.empty()) in["tools"] = tools;
     if (no_think) in["thinking"] = false;
     else in["thinking_effort"] = effort;
@@ -188,7 +236,14 @@ static int cmd_chat(int argc, char** argv) {
       continue;
     }
     if (show_prompt) std::printf("%s%s%s\n", st.dim(), prompt.c_str(), st.reset());
-    std::vector<int32_t> ids = tok->encode(prompt, true);
+    vision::ImagePrompt ip;
+    try {
+      ip = vision::expand_media_pads(tok->encode(prompt, true), tok->token_id("<|media_pad|>"), turn_images);
+    } catch (const Error& e) {
+      std::printf("%s\n", e.what());
+      continue;
+    }
+    std::vector<int32_t>& ids = ip.ids;
     if (static_cast<int64_t>(ids.size()) >= eo.n_ctx) {
       std::printf("the conversation (%zu tokens) no longer fits the context of %lld tokens; /reset to start over\n",
                   ids.size(), static_cast<long long>(eo.n_ctx));
@@ -202,6 +257,7 @@ static int cmd_chat(int argc, char** argv) {
     server::Detokenizer detok(*tok, true);
     server::GenRequest gr;
     gr.prompt = std::move(ids);
+    gr.images = std::move(ip.images);
     gr.sampling = sp;
     ++sp.seed;  // a different draw each turn, reproducible from --seed
     gr.max_tokens = n_predict;
@@ -252,7 +308,9 @@ static int cmd_chat(int argc, char** argv) {
                 g_interrupt ? ", interrupted" : "", st.reset());
     if (task->finish() == server::Finish::Error) std::printf("error: %s\n", task->error().c_str());
 
-    history.push_back({{"role", "user"}, {"content", line}});
+    history.push_back(user);
+    images = std::move(turn_images);
+    pending.clear();
     json a = {{"role", "assistant"}, {"content", msg.content}};
     if (!msg.reasoning_content.empty()) a["reasoning_content"] = msg.reasoning_content;
     if (!msg.tool_calls.empty()) {

@@ -12,6 +12,8 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/prompt.h"
+#include "vision/vision.h"
 
 using namespace k3;
 using Clock = std::chrono::steady_clock;
@@ -45,6 +47,16 @@ static int cmd_run(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object {prompt_ids, ids, text, timings} instead of streaming");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   app.add_option("--f16-rule", f16_rule, "amx | round (default: from the CPU)");
+  std::string mmproj;
+  std::vector<std::string> images;
+  vision::VisionOptions vo;
+  app.add_option("--mmproj", mmproj, "vision mmproj GGUF (for --image)");
+  app.add_option("--image", images,
+                 "PNG or JPEG file (repeatable): each replaces one <|kimi_image_placeholder|> of the prompt in order, "
+                 "or, without placeholders, all go before the prompt");
+  app.add_option("--image-max-pixels", vo.max_pixels, "refuse images with more pixels")->capture_default_str();
+  app.add_option("--image-max-tokens", vo.max_tokens, "largest number of rows per image (0: the mmproj's patch limit)")
+      ->capture_default_str();
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
   try {
@@ -65,9 +77,28 @@ static int cmd_run(int argc, char** argv) {
     if (ids_str.empty()) fail("%s: no usable tokenizer (%s); pass --ids", model_path.c_str(), e.what());
   }
 
+  if (!images.empty() && mmproj.empty()) fail("--image needs --mmproj (the vision tower)");
+  if (!images.empty() && !ids_str.empty()) fail("--image works with -p (a text prompt), not --ids");
   std::vector<int32_t> prompt_ids;
-  if (!ids_str.empty()) prompt_ids = cli::parse_ids(ids_str);
-  else prompt_ids = tok->encode(prompt.empty() ? std::string("The lighthouse keeper") : prompt, true);
+  vision::ImagePrompt ip;
+  double image_ms = 0;
+  if (!ids_str.empty()) {
+    prompt_ids = cli::parse_ids(ids_str);
+  } else {
+    std::string text = prompt.empty() ? std::string(images.empty() ? "The lighthouse keeper" : "Describe the image.") : prompt;
+    std::vector<std::shared_ptr<const vision::ImageRows>> rows;
+    if (!images.empty()) {
+      vo.threads = cli::pick_threads(threads);
+      vision::Vision v(mmproj, vo);
+      v.check_text_width(m->hparams().n_embd, model_path);
+      const auto t_img = Clock::now();
+      for (const std::string& f : images) rows.push_back(v.encode(vision::read_image_file(f), "", f));
+      image_ms = ms_since(t_img);
+      text = cli::place_images(text, rows);
+    }
+    ip = vision::expand_media_pads(tok->encode(text, true), tok->token_id("<|media_pad|>"), rows);
+    prompt_ids = ip.ids;
+  }
   if (prompt_ids.empty()) fail("the prompt is empty");
   const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
   if (static_cast<int64_t>(prompt_ids.size()) > ctx)
@@ -89,7 +120,9 @@ static int cmd_run(int argc, char** argv) {
 
   std::vector<float> logits;
   const auto t_prompt = Clock::now();
-  m->prefill(st, prompt_ids, n_batch, opt, model::Logits::Last, &logits);
+  std::vector<model::InputRows> rows;
+  vision::input_rows(ip.images, 0, rows);
+  m->prefill(st, prompt_ids, n_batch, opt, model::Logits::Last, &logits, rows);
   const double prompt_ms = ms_since(t_prompt);
 
   std::vector<int32_t> out_ids;
@@ -133,7 +166,8 @@ static int cmd_run(int argc, char** argv) {
     j["text"] = text;
     j["stop"] = stop;
     j["seed"] = sp.seed;
-    j["timings"] = {{"load_ms", load_ms},          {"prompt_tokens", prompt_ids.size()},
+    if (!images.empty()) j["image_rows"] = ip.image_rows();
+    j["timings"] = {{"load_ms", load_ms},          {"image_ms", image_ms}, {"prompt_tokens", prompt_ids.size()},
                     {"prompt_ms", prompt_ms},      {"prompt_tokens_per_s", prompt_tps},
                     {"gen_tokens", out_ids.size()}, {"gen_ms", gen_ms},
                     {"gen_tokens_per_s", gen_tps}, {"threads", pool.size()}};

@@ -35,6 +35,9 @@ static int cmd_serve(int argc, char** argv) {
   app.add_option("--max-tokens", o.max_tokens, "largest max_tokens a request may ask for (default: the context size)");
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' (default: $K3_API_KEY if set)");
   app.add_option("--chat-template-file", o.template_file, "Jinja chat template overriding the model's");
+  app.add_option("--mmproj", o.mmproj, "vision mmproj GGUF: accept image_url parts (data URLs) in chat messages");
+  app.add_option("--image-max-pixels", o.image_max_pixels, "refuse images with more pixels (default 67108864)");
+  app.add_option("--image-max-tokens", o.image_max_tokens, "largest number of rows per image (default: the mmproj's patch limit)");
   app.add_option("--f16-rule", o.f16_rule, "amx | round (default: from the CPU)");
   app.add_option("--temp", o.sampling.temp, "default temperature")->capture_default_str();
   app.add_option("--top-k", o.sampling.top_k, "default top-k (0: off)")->capture_default_str();

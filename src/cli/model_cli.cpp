@@ -66,6 +66,22 @@ std::string builtin_model_path() {
   return path;
 }
 
+std::string place_images(const std::string& text, const std::vector<std::shared_ptr<const vision::ImageRows>>& images) {
+  static const std::string kPlaceholder = "<|kimi_image_placeholder|>";
+  size_t n = 0;
+  for (size_t at = text.find(kPlaceholder); at != std::string::npos; at = text.find(kPlaceholder, at + 1)) ++n;
+  std::string out;
+  if (n == 0) {
+    for (const auto& im : images) out += im->prompt();
+    return out + text;
+  }
+  if (n != images.size()) fail("the prompt has %zu %s placeholders for %zu images", n, kPlaceholder.c_str(), images.size());
+  size_t from = 0, i = 0;
+  for (size_t at; (at = text.find(kPlaceholder, from)) != std::string::npos; from = at + kPlaceholder.size())
+    out += text.substr(from, at - from) + images[i++]->prompt();
+  return out + text.substr(from);
+}
+
 void add_stream_flags(CLI::App& app, StreamFlags& f) {
   app.add_option("--expert-cache", f.cache,
                  "stream routed experts from disk into a cache of SIZE bytes (K/M/G suffix), 'auto' (sized from the "

@@ -8,6 +8,7 @@
 
 #include "model/expert_store.h"
 #include "model/ops.h"
+#include "vision/encoder.h"
 
 namespace CLI {
 class App;
@@ -24,6 +25,10 @@ model::F16Rule parse_f16_rule(const std::string& s);
 // Path of the built-in synthetic model ($XDG_CACHE_HOME/k3 or ~/.cache/k3), written on first use
 // with a notice on stderr.
 std::string builtin_model_path();
+
+// The prompt text with the image prompts of vision.md §7 in place: one per
+// <|kimi_image_placeholder|> of `text` in order (their count must match), else all in front.
+std::string place_images(const std::string& text, const std::vector<std::shared_ptr<const vision::ImageRows>>& images);
 
 // Streaming routed experts from disk (model/expert_store.h): flags shared by run, bench and serve.
 struct StreamFlags {

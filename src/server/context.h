@@ -17,6 +17,7 @@
 #include "server/requests.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/vision.h"
 
 namespace k3::server {
 
@@ -41,6 +42,8 @@ struct ServerCtx {
   std::unique_ptr<jinja::Template> own_template;  // from --chat-template-file or the GGUF
   const jinja::Template* tmpl = nullptr;
   std::string template_origin;                    // built-in | gguf | file path
+  std::unique_ptr<vision::Vision> vision;         // --mmproj
+  int32_t media_pad = -1;                          // <|media_pad|> (-1: not in the vocabulary)
   std::unique_ptr<Engine> engine;
   RequestLimits limits;
   std::string model_id;
@@ -67,9 +70,10 @@ void reply_json(Response& res, const json& j, int status = 200);
 // The prompt must leave room for at least one generated token (400 otherwise).
 void check_context(const ServerCtx& c, size_t n_prompt, const char* param);
 GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g);
-// The rendered prompt of a chat request, tokenized (a template error is a 400 naming
-// r.prompt_param).
-std::vector<int32_t> chat_prompt(const ServerCtx& c, const ChatRequest& r);
+// The rendered prompt of a chat request, tokenized, with its images (image_url parts with data
+// URLs; each <|media_pad|> expanded to the image's rows). A template error or a bad image is a 400
+// naming r.prompt_param or the image's part.
+vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r);
 // Runs a chat request and answers it through `proto`, streaming when the request asks.
 void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, Response& res);
 // Maps Engine::submit's refusal to an ApiError (503 with Retry-After via the error handler).

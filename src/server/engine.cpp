@@ -107,6 +107,7 @@ struct Engine::Slot {
   size_t pos = 0;      // prompt tokens processed
   int32_t last = -1;   // token to run next (decode)
   std::vector<int32_t> fed;  // every token in `state`, to rebuild it after a failed batch
+  std::vector<model::InputRows> rows;  // the images' rows for this step's prompt chunk
 };
 
 Engine::Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOptions& o)
@@ -267,8 +268,9 @@ void Engine::step() {
     const int64_t n = std::min<int64_t>(budget, static_cast<int64_t>(prompt.size() - s->pos));
     budget -= n;
     const bool last = s->pos + n == prompt.size();
+    vision::input_rows(s->task->request().images, static_cast<int64_t>(s->pos), s->rows);
     batch.push_back({s->state.get(), prompt.data() + s->pos, n, last ? model::Logits::Last : model::Logits::None,
-                     &s->logits});
+                     &s->logits, s->rows});
     seqs.push_back(s);
   }
   if (batch.empty()) return;
@@ -302,8 +304,13 @@ void Engine::retry_alone(const std::vector<Slot*>& seqs, const std::vector<model
     Slot& s = *seqs[i];
     try {
       s.state->reset();
-      if (!s.fed.empty())
-        m_.forward(*s.state, s.fed.data(), static_cast<int64_t>(s.fed.size()), opt, model::Logits::None, nullptr);
+      if (!s.fed.empty()) {
+        std::vector<model::InputRows> rows;  // the fed tokens start at prompt position 0
+        vision::input_rows(s.task->request().images, 0, rows);
+        const model::Segment replay{s.state.get(), s.fed.data(), static_cast<int64_t>(s.fed.size()), model::Logits::None,
+                                    nullptr, rows};
+        m_.forward(std::span<const model::Segment>(&replay, 1), opt);
+      }
       m_.forward(std::span<const model::Segment>(&batch[i], 1), opt);
     } catch (const std::exception& e) {
       release(s, Finish::Error, e.what());

@@ -29,6 +29,7 @@
 #include "model/sampler.h"
 #include "tensor/threadpool.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/prompt.h"
 
 namespace k3::server {
 
@@ -44,6 +45,7 @@ const char* finish_name(Finish f);
 
 struct GenRequest {
   std::vector<int32_t> prompt;      // non-empty, shorter than the context
+  std::vector<vision::PromptImage> images;  // rows replacing the embeddings of prompt positions
   model::SamplerParams sampling;
   int32_t max_tokens = 16;          // >= 1
   bool ignore_eos = false;

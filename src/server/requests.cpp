@@ -146,15 +146,29 @@ static void check_ignored(const Fields& f) {
     bad_request("logit_bias", "'logit_bias' is not supported (only an empty object)");
 }
 
-static void check_content(const json& c, const std::string& path) {
+// Text parts anywhere; image_url parts in user messages when the server has a vision model (the
+// image itself is decoded by the handler).
+static void check_content(const json& c, const std::string& path, const std::string& role, const RequestLimits& lim) {
   if (c.is_null() || c.is_string()) return;
   if (!c.is_array()) bad_request(path, std::string("'") + path + "' must be a string, an array of parts or null, not " + type_name(c));
   for (size_t i = 0; i < c.size(); ++i) {
     const std::string p = path + "[" + std::to_string(i) + "]";
     Fields part(c[i], p);
     const std::string type = part.str("type", "", true);
+    if (type == "image_url") {
+      if (!lim.vision)
+        bad_request(p + ".type", std::string("'") + p + "' is an image, but this server has no vision model (start k3 serve with --mmproj)");
+      if (role != "user") bad_request(p + ".type", std::string("'") + p + "': image parts are only allowed in user messages");
+      part.only({"type", "image_url", "cache_control"});
+      Fields iu(part.object("image_url"), p + ".image_url");
+      iu.only({"url", "detail"});
+      iu.str("url", "", true);
+      iu.str("detail", "");
+      continue;
+    }
     if (type != "text")
-      bad_request(p + ".type", std::string("'") + p + ".type' = '" + type + "' is not supported (only text parts)");
+      bad_request(p + ".type", std::string("'") + p + ".type' = '" + type + "' is not supported (text" +
+                                   (lim.vision ? " and image_url" : "") + " parts)");
     part.only({"type", "text", "cache_control"});
     part.str("text", "", true);
   }
@@ -173,7 +187,7 @@ static void check_messages(const json& msgs, const RequestLimits& lim) {
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
       bad_request(p + ".role", std::string("'") + p + ".role' = '" + role +
                                    "' is not a role (system, developer, user, assistant or tool)");
-    if (m.has("content")) check_content(m.at("content"), p + ".content");
+    if (m.has("content")) check_content(m.at("content"), p + ".content", role, lim);
     else if (role != "assistant") bad_request(p + ".content", std::string("'") + p + ".content' is required");
     m.str("name", "");
     m.str("tool_call_id", "");

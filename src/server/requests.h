@@ -18,6 +18,7 @@ struct RequestLimits {
   size_t max_stop_bytes = 256;        // bytes of one stop string
   size_t max_messages = 4096;
   bool allow_canned = false;          // the test-only k3_canned field (--test-canned)
+  bool vision = false;                // image_url parts accepted (k3 serve --mmproj)
   int32_t n_vocab = 0;
   model::SamplerParams defaults;      // sampling for fields the request leaves out
 };

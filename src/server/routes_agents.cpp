@@ -12,7 +12,7 @@ void handle_messages(ServerCtx& c, const Request& req, Response& res) {
 
 void handle_count_tokens(ServerCtx& c, const Request& req, Response& res) {
   const ChatRequest r = parse_anthropic_request(parse_body(req.body, c.opt.max_json_depth), c.limits, true);
-  reply_json(res, json{{"input_tokens", chat_prompt(c, r).size()}});
+  reply_json(res, json{{"input_tokens", chat_prompt(c, r).ids.size()}});
 }
 
 void handle_responses(ServerCtx& c, const Request& req, Response& res) {
@@ -25,7 +25,7 @@ void handle_responses(ServerCtx& c, const Request& req, Response& res) {
 
 void handle_input_tokens(ServerCtx& c, const Request& req, Response& res) {
   const ChatRequest r = parse_responses_request(parse_body(req.body, c.opt.max_json_depth), c.limits);
-  reply_json(res, json{{"object", "response.input_tokens"}, {"input_tokens", chat_prompt(c, r).size()}});
+  reply_json(res, json{{"object", "response.input_tokens"}, {"input_tokens", chat_prompt(c, r).ids.size()}});
 }
 
 }  // namespace k3::server

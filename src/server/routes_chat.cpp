@@ -7,6 +7,7 @@
 #include "chat/chat_template.h"
 #include "server/context.h"
 #include "server/generation.h"
+#include "vision/vision.h"
 
 namespace k3::server {
 
@@ -79,34 +80,72 @@ bool stream_step(ChatJob& job, DataSink& sink) {
   return true;
 }
 
+// The image_url parts of the messages, in order, decoded and encoded, with their image prompts for
+// the template. A bad image is a 400 naming its part.
+std::vector<std::shared_ptr<const vision::ImageRows>> encode_images(const ServerCtx& c, const json& msgs, json& prompts) {
+  std::vector<std::shared_ptr<const vision::ImageRows>> images;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const json* content = msgs[i].is_object() && msgs[i].contains("content") ? &msgs[i]["content"] : nullptr;
+    if (!content || !content->is_array()) continue;
+    for (size_t j = 0; j < content->size(); ++j) {
+      const json& part = (*content)[j];
+      if (part.value("type", "") != "image_url") continue;
+      const std::string name = "messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
+      try {
+        const vision::DataUrl d = vision::parse_data_url(part["image_url"]["url"].get<std::string>(), name);
+        images.push_back(c.vision->encode(d.bytes, d.media_type, name));
+      } catch (const vision::ImageError& e) {
+        throw ApiError(400, e.what(), name);
+      }
+      prompts.push_back(images.back()->prompt());
+    }
+  }
+  return images;
+}
+
 }  // namespace
 
-std::vector<int32_t> chat_prompt(const ServerCtx& c, const ChatRequest& r) {
+vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r) {
+  // Images (image_url parts of user messages): their prompts go to the template as image_prompts.
+  json prompts = json::array();
+  const auto images = c.vision ? encode_images(c, r.template_inputs["messages"], prompts)
+                               : std::vector<std::shared_ptr<const vision::ImageRows>>{};
+  json with_images;
+  if (!images.empty()) {
+    with_images = r.template_inputs;
+    with_images["image_prompts"] = std::move(prompts);
+  }
   std::string prompt;
   try {
-    prompt = chat::render_chat(*c.tmpl, r.template_inputs);
+    prompt = chat::render_chat(*c.tmpl, images.empty() ? r.template_inputs : with_images);
   } catch (const jinja::TemplateError& e) {
     throw ApiError(400, std::string("the chat template rejected this request: ") + e.message(), r.prompt_param);
   }
-  return c.tok->encode(prompt, true);
+  if (images.empty()) return {c.tok->encode(prompt, true), {}};
+  try {
+    return vision::expand_media_pads(c.tok->encode(prompt, true), c.media_pad, images);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), r.prompt_param);
+  }
 }
 
 void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, Response& res) {
-  std::vector<int32_t> ids = chat_prompt(c, r);
-  check_context(c, ids.size(), r.prompt_param.c_str());
+  vision::ImagePrompt ip = chat_prompt(c, r);
+  check_context(c, ip.ids.size(), r.prompt_param.c_str());
 
   auto job = std::make_shared<ChatJob>();
   job->ctx = &c;
   job->proto = std::move(proto);
-  job->n_prompt = static_cast<int32_t>(ids.size());
+  job->n_prompt = static_cast<int32_t>(ip.ids.size());
   chat::K3ParserOptions po;
   po.thinking = chat::k3_thinking_enabled(r.template_inputs);
   po.extract_reasoning = r.extract_reasoning;
   po.tools = r.tools;
   po.tool_choice = r.tool_choice;
   job->parser = std::make_unique<chat::K3StreamParser>(po);
-  job->gen = std::make_unique<Generation>(*c.engine, *c.tok, make_gen_request(c, std::move(ids), r.gen), r.gen.stop,
-                                          true);
+  GenRequest gr = make_gen_request(c, std::move(ip.ids), r.gen);
+  gr.images = std::move(ip.images);
+  job->gen = std::make_unique<Generation>(*c.engine, *c.tok, std::move(gr), r.gen.stop, true);
   check_admit(job->gen->submit());
 
   if (r.gen.stream) {

@@ -194,6 +194,18 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   c.tmpl = c.own_template ? c.own_template.get() : &chat::builtin_kimi_k3_template();
   if (!c.own_template) c.template_origin = "built-in kimi-k3";
 
+  c.media_pad = c.tok->token_id("<|media_pad|>");
+  if (!opts.mmproj.empty()) {
+    vision::VisionOptions vo;
+    if (opts.image_max_pixels) vo.max_pixels = opts.image_max_pixels;
+    vo.max_tokens = opts.image_max_tokens;
+    vo.threads = opts.threads > 0 ? opts.threads : ThreadPool::hardware_threads();
+    c.vision = std::make_unique<vision::Vision>(opts.mmproj, vo);
+    c.vision->check_text_width(c.model->hparams().n_embd, opts.model_path);
+    if (c.media_pad < 0) fail("%s: the vocabulary has no <|media_pad|> token, so images cannot be placed", opts.model_path.c_str());
+    c.limits.vision = true;
+  }
+
   EngineOptions eo;
   eo.parallel = std::max(1, opts.parallel);
   eo.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(c.model->hparams().n_ctx_train, 4096);
@@ -234,9 +246,10 @@ const std::string& Server::model_id() const { return c_->model_id; }
 
 std::string Server::describe() const {
   const auto& eo = c_->engine->options();
-  return strprintf("model %s (%s), context %lld per slot, %d slot(s), queue %d, %d thread(s), template: %s",
+  return strprintf("model %s (%s), context %lld per slot, %d slot(s), queue %d, %d thread(s), template: %s%s",
                    c_->model_id.c_str(), c_->opt.model_path.c_str(), static_cast<long long>(eo.n_ctx), eo.parallel,
-                   eo.queue, eo.threads, c_->template_origin.c_str());
+                   eo.queue, eo.threads, c_->template_origin.c_str(),
+                   c_->vision ? (", vision: " + c_->opt.mmproj).c_str() : "");
 }
 
 int Server::bind() { return http_->bind(c_->opt.host, c_->opt.port); }

@@ -29,6 +29,9 @@ struct ServerOptions {
   int32_t max_tokens = 0;     // cap on max_tokens (0: the context size)
   std::string api_key;        // empty: no authentication
   std::string template_file;  // overrides the GGUF's chat template (default: k3's built-in K3 template)
+  std::string mmproj;         // vision tower (image_url parts); empty: text only
+  uint64_t image_max_pixels = 0;  // 0: vision::kDefaultMaxPixels
+  uint32_t image_max_tokens = 0;  // rows per image (0: the mmproj's patch limit)
   std::string f16_rule;       // "" (from the CPU), "amx" or "round"
   bool test_canned = false;   // accept the test-only k3_canned request field
   int max_json_depth = 64;
