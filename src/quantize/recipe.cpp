@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <map>
 
 #include "common/error.h"
 #include "model/hparams.h"
 #include "model/registry.h"
 #include "tensor/quant_ref.h"
+#include "vision/model.h"
 
 namespace k3::quant {
 
@@ -115,22 +117,86 @@ UserRule parse_rule(const std::string& text) {
   return r;
 }
 
-Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<UserRule>& rules) {
+namespace {
+
+// What a tensor is to the plan: kept (F32 for the text model, its own type for the mmproj) or a
+// matrix of a class, with the registry entry that bounds its types (null for the mmproj).
+struct Kind {
+  bool keep = false;
+  GgmlType keep_type = GgmlType::F32;
+  const char* keep_why = "keep f32";
+  TensorClass cls = TensorClass::KeepF32;
+  const model::TensorDef* def = nullptr;
+};
+
+using Classify = std::function<Kind(const gguf::TensorInfo&)>;
+
+// The text model: every tensor checked against the registry by bind_weights.
+Classify text_model(const gguf::Model& in, std::map<std::string, const model::TensorDef*, std::less<>>& defs,
+                    model::HParams& hp, const std::vector<UserRule>& rules) {
   const std::string& path = in.files().front()->path();
-  const auto arch = in.meta().get_str_opt("general.architecture");
-  if (!arch || *arch != model::kArch)
-    fail("%s: general.architecture is '%s', the quantizer handles '%s' models", path.c_str(),
-         arch ? arch->c_str() : "(missing)", model::kArch);
-  model::HParams hp;
   try {
     hp = model::HParams::from_metadata(in.meta());
   } catch (const Error& e) {
     fail("%s: %s", path.c_str(), e.what());
   }
   model::bind_weights(in, hp);  // every tensor present, expected, of the right shape and a computable type
-
-  std::map<std::string, const model::TensorDef*, std::less<>> defs;
   model::for_each_tensor(hp, [&](const model::TensorRef& r) { defs[r.name] = &r.def; });
+  return [&defs, &rules](const gguf::TensorInfo& ti) {
+    const model::TensorDef& def = *defs.at(ti.name);
+    Kind k;
+    k.def = &def;
+    // The router stays F32 like the other small tensors unless a user rule names it.
+    const bool router_ruled = def.types == model::TypeRule::Router &&
+                              std::any_of(rules.begin(), rules.end(),
+                                          [&](const UserRule& u) { return std::regex_search(ti.name, u.re); });
+    if (def.types == model::TypeRule::KeepF32 || ti.n_dims == 1 || (def.types == model::TypeRule::Router && !router_ruled)) {
+      k.keep = true;
+      return k;
+    }
+    const std::string& name = ti.name;
+    if (def.types == model::TypeRule::Experts) k.cls = TensorClass::Experts;
+    else if (name.find("_shexp") != std::string::npos) k.cls = TensorClass::SharedExperts;
+    else if (name == "token_embd.weight") k.cls = TensorClass::Embedding;
+    else if (name == "output.weight") k.cls = TensorClass::Output;
+    else if (def.scope == model::Scope::KDA || def.scope == model::Scope::MLA) k.cls = TensorClass::Attention;
+    else k.cls = TensorClass::Ffn;
+    return k;
+  };
+}
+
+// An mmproj (vision.md §2): the matrices are quantized like dense ones, the norms, patch kernel
+// and position table keep their stored type.
+Classify mmproj(const gguf::Model& in) {
+  vision::VisionModel::load(in.files().front()->path());  // every tensor present and of the right shape
+  return [](const gguf::TensorInfo& ti) {
+    Kind k;
+    const bool matrix = ti.name.find("attn_") != std::string::npos || ti.name.find("ffn_") != std::string::npos ||
+                        ti.name == "mm.1.weight" || ti.name == "mm.2.weight";
+    if (!matrix) {
+      k.keep = true;
+      k.keep_type = ti.type;
+      k.keep_why = "keep (vision norm, patch kernel or position table)";
+      return k;
+    }
+    k.cls = ti.name.find("attn_") != std::string::npos ? TensorClass::Attention : TensorClass::Ffn;
+    return k;
+  };
+}
+
+}  // namespace
+
+Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<UserRule>& rules) {
+  const std::string& path = in.files().front()->path();
+  const auto arch = in.meta().get_str_opt("general.architecture");
+  std::map<std::string, const model::TensorDef*, std::less<>> defs;
+  model::HParams hp;
+  Classify classify;
+  if (arch && *arch == vision::kArch) classify = mmproj(in);
+  else if (arch && *arch == model::kArch) classify = text_model(in, defs, hp, rules);
+  else
+    fail("%s: general.architecture is '%s', the quantizer handles '%s' models and their '%s' mmproj files", path.c_str(),
+         arch ? arch->c_str() : "(missing)", model::kArch, vision::kArch);
 
   std::vector<std::regex> recipe_res;
   for (const auto& [pat, t] : recipe.rules) recipe_res.emplace_back(pat, std::regex::ECMAScript);
@@ -139,30 +205,17 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
   Plan plan;
   plan.file_type = recipe.file_type;
   for (const gguf::TensorInfo* ti : in.tensors()) {
-    const model::TensorDef& def = *defs.at(ti->name);
+    const Kind kind = classify(*ti);
     TensorPlan tp;
     tp.src = ti;
-    // The router stays F32 like the other small tensors unless a user rule names it.
-    const bool router_ruled = def.types == model::TypeRule::Router &&
-                              std::any_of(rules.begin(), rules.end(),
-                                          [&](const UserRule& u) { return std::regex_search(ti->name, u.re); });
-    const bool keep = def.types == model::TypeRule::KeepF32 || ti->n_dims == 1 ||
-                      (def.types == model::TypeRule::Router && !router_ruled);
-    if (keep) {
-      tp.cls = TensorClass::KeepF32;
-      tp.type = GgmlType::F32;
-      tp.why = "keep f32";
+    tp.cls = kind.cls;
+    if (kind.keep) {
+      tp.type = kind.keep_type;
+      tp.why = kind.keep_why;
       for (size_t i = 0; i < rules.size(); ++i)
         if (std::regex_search(ti->name, rules[i].re)) ++kept_hits[i];
     } else {
       const std::string& name = ti->name;
-      if (def.types == model::TypeRule::Experts) tp.cls = TensorClass::Experts;
-      else if (name.find("_shexp") != std::string::npos) tp.cls = TensorClass::SharedExperts;
-      else if (name == "token_embd.weight") tp.cls = TensorClass::Embedding;
-      else if (name == "output.weight") tp.cls = TensorClass::Output;
-      else if (def.scope == model::Scope::KDA || def.scope == model::Scope::MLA) tp.cls = TensorClass::Attention;
-      else tp.cls = TensorClass::Ffn;
-
       GgmlType want = tp.cls == TensorClass::Experts ? recipe.experts : recipe.dense;
       tp.why = "recipe";
       for (size_t i = 0; i < rules.size(); ++i)
@@ -186,7 +239,7 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
         tp.why += strprintf(", fallback %s -> %s (ne0 %lld)", type_name(want), type_name(tp.type),
                             static_cast<long long>(ti->ne[0]));
       std::string why;
-      if (!model::type_allowed(def, tp.type, ti->ne[0], &why))
+      if (kind.def && !model::type_allowed(*kind.def, tp.type, ti->ne[0], &why))
         fail("tensor '%s': cannot store it as %s: %s", name.c_str(), type_name(tp.type), why.c_str());
     }
     tp.out_bytes = row_size(tp.type, ti->ne[0]) * static_cast<uint64_t>(ti->ne[1] * ti->ne[2] * ti->ne[3]);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "tensor/gemm.h"
+#include "tensor/sgemm.h"
 #include "tensor/kernels.h"
 #include "tensor/scratch.h"
 
@@ -13,9 +13,9 @@ namespace k3 {
 
 namespace {
 
-// A work item multiplies kTokens activation rows (kept in L2) with bands of kRows weight rows,
-// each band converted to float32 once per item (about 3 % of the item's arithmetic).
-constexpr int64_t kRows = 32, kTokens = 64;
+// Weight rows per work item: turned into float32 sgemm panels once, then multiplied with every
+// activation tile of the item's token range (the conversion is ~2 % of the arithmetic).
+constexpr int64_t kBandRows = 128;
 
 }  // namespace
 
@@ -28,32 +28,43 @@ void matmul_f32(const WeightView& w, const float* x, int64_t n_tokens, float* y,
          static_cast<long long>(w.ne0), static_cast<long long>(ti.block));
   if (n_tokens <= 0 || w.ne1 <= 0) return;
   const int64_t ne0 = w.ne0, ne1 = w.ne1;
-  const bool f32 = w.type == GgmlType::F32;
   const auto* wdata = static_cast<const uint8_t*>(w.data);
-  const size_t xs = static_cast<size_t>(ne0) * sizeof(float);
+  const Sgemm& g = sgemm_kernel();
+  const int64_t MR = g.mr, NR = g.nr;
 
-  const int64_t n_tb = (n_tokens + kTokens - 1) / kTokens;
-  const int64_t n_bands = (ne1 + kRows - 1) / kRows;
-  // Few token blocks (a small image): split the bands too, so every thread has work.
-  const int64_t groups = std::clamp<int64_t>((4 * pool.size() + n_tb - 1) / n_tb, 1, n_bands);
-  const int64_t bands_per_group = (n_bands + groups - 1) / groups;
-  const int64_t n_items = n_tb * groups;
+  // The activations packed into sgemm tiles once, shared by every item.
+  thread_local std::vector<float> packed;  // the caller's; the workers use it through xp
+  scratch_size(packed, g.packed_size(n_tokens, ne0));
+  float* const xp = packed.data();
+  const int64_t n_tiles = (n_tokens + MR - 1) / MR;
+  pool.parallel_for(n_tiles, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) g.pack_a(std::min(MR, n_tokens - t * MR), ne0, x + t * MR * ne0, ne0, xp + t * MR * ne0);
+  });
+
+  // Items: a band of weight rows x a range of tiles; few bands (a small matrix): split the tokens.
+  const int64_t n_bands = (ne1 + kBandRows - 1) / kBandRows;
+  const int64_t chunks = std::clamp<int64_t>((4 * pool.size() + n_bands - 1) / n_bands, 1, n_tiles);
+  const int64_t per_chunk = (n_tiles + chunks - 1) / chunks;
   std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
-    thread_local std::vector<float> band;
-    if (!f32) scratch_size(band, static_cast<size_t>(kRows * ne0));
-    for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
-      const int64_t t0 = item / groups * kTokens, nt = std::min(kTokens, n_tokens - t0);
-      const int64_t b0 = item % groups * bands_per_group, b1 = std::min(n_bands, b0 + bands_per_group);
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t r0 = b * kRows, nr = std::min(kRows, ne1 - r0);
-        const void* wb = wdata + r0 * w.nb1;
-        size_t ws = w.nb1;
-        if (!f32) {
-          for (int64_t r = 0; r < nr; ++r) k.to_float(wdata + (r0 + r) * w.nb1, band.data() + r * ne0, ne0);
-          wb = band.data(), ws = xs;
-        }
-        gemm_rows(GgmlType::F32, ne0, wb, ws, nr, x + t0 * ne0, xs, nt, y + t0 * ne1 + r0, ne1);
+    thread_local std::vector<float> row, panels;
+    scratch_size(row, static_cast<size_t>(ne0));
+    scratch_size(panels, static_cast<size_t>((kBandRows + NR - 1) / NR * NR * ne0));
+    for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_bands * chunks;) {
+      const int64_t r0 = item / chunks * kBandRows, nr = std::min(kBandRows, ne1 - r0);
+      const int64_t tile0 = item % chunks * per_chunk, tile1 = std::min(n_tiles, tile0 + per_chunk);
+      if (tile0 >= tile1) continue;
+      // weight row r -> column r % NR of panel r / NR, each panel [ne0][NR]
+      for (int64_t r = 0; r < nr; ++r) {
+        k.to_float(wdata + (r0 + r) * w.nb1, row.data(), ne0);
+        float* p = panels.data() + r / NR * NR * ne0 + r % NR;
+        for (int64_t i = 0; i < ne0; ++i) p[i * NR] = row[i];
+      }
+      for (int64_t t = tile0; t < tile1; ++t) {
+        const int64_t mr = std::min(MR, n_tokens - t * MR);
+        for (int64_t q = 0; q * NR < nr; ++q)
+          g.tile(mr, std::min(NR, nr - q * NR), ne0, xp + t * MR * ne0, panels.data() + q * NR * ne0,
+                 y + t * MR * ne1 + r0 + q * NR, ne1, false);
       }
     }
   });

@@ -1,6 +1,6 @@
 // Matrix products in float32 arithmetic for weights of any type: the weights are turned into
 // float32 a band of rows at a time (exactly, by the type's to_float) and multiplied with the
-// unrounded float32 activations by the F32 tiles of gemm_rows. Unlike matmul(), the activations
+// unrounded float32 activations by sgemm (sgemm.h). Unlike matmul(), the activations
 // are never converted to a vec_dot_type, so a BF16 or quantized weight gives the float32 product
 // of its stored values (what the vision encoder's reference computes, vision.md §5).
 #pragma once

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/gemm.h"
 #include "tensor/scratch.h"
+#include "tensor/sgemm.h"
 #include "tensor/vecmath.h"
 
 namespace k3::vision {
@@ -15,34 +15,35 @@ namespace {
 constexpr int64_t kQ = 64, kK = 256;  // score tile 64 KB
 }
 
-void attention(const float* qkv, int64_t n, int64_t n_head, int64_t head_dim, std::vector<float>& vt, float* o,
+void attention(const float* qkv, int64_t n, int64_t n_head, int64_t head_dim, std::vector<float>& kt, float* o,
                ThreadPool& pool) {
   const int64_t Q = n_head * head_dim, D = head_dim, row = 3 * Q;
-  const size_t rs = static_cast<size_t>(row) * sizeof(float);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  // V transposed per head, [H][D][n], so P·V is a product of rows.
-  scratch_size(vt, static_cast<size_t>(Q * n));
+  // K transposed per head, [H][D][n], so both products are row-major sgemms: S = q·Kᵀ, acc += P·V.
+  scratch_size(kt, static_cast<size_t>(Q * n));
   pool.parallel_for(Q, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
-      for (int64_t s = 0; s < n; ++s) vt[c * n + s] = qkv[s * row + 2 * Q + c];
+      for (int64_t s = 0; s < n; ++s) kt[c * n + s] = qkv[s * row + Q + c];
   });
 
   const int64_t n_qb = (n + kQ - 1) / kQ;
   std::atomic<int64_t> next{0};
   const auto vexp = vecmath().exp;
+  const Sgemm& g = sgemm_kernel();
   pool.run([&](int, int) {
-    thread_local std::vector<float> S, acc, part, m, l;
-    scratch_size(S, kQ * kK), scratch_size(acc, kQ * D), scratch_size(part, kQ * D), scratch_size(m, kQ),
-        scratch_size(l, kQ);
+    thread_local std::vector<float> S, acc, m, l, qp;
+    scratch_size(S, kQ * kK), scratch_size(acc, kQ * D), scratch_size(m, kQ), scratch_size(l, kQ);
+    scratch_size(qp, g.packed_size(kQ, D));
     for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_head * n_qb;) {
       const int64_t h = item / n_qb, t0 = item % n_qb * kQ, nt = std::min(kQ, n - t0);
       const float* q = qkv + t0 * row + h * D;
       std::fill_n(acc.begin(), nt * D, 0.0f);
       std::fill_n(m.begin(), nt, -std::numeric_limits<float>::infinity());
       std::fill_n(l.begin(), nt, 0.0f);
+      g.pack_a(nt, D, q, row, qp.data());  // once for every key block
       for (int64_t s0 = 0; s0 < n; s0 += kK) {
         const int64_t ns = std::min(kK, n - s0);
-        gemm_rows(GgmlType::F32, D, qkv + s0 * row + Q + h * D, rs, ns, q, rs, nt, S.data(), kK);
+        g.run(nt, ns, D, qp.data(), kt.data() + h * D * n + s0, n, S.data(), kK, false);
         for (int64_t t = 0; t < nt; ++t) {
           float* st = S.data() + t * kK;
           float mx = m[t];
@@ -57,9 +58,7 @@ void attention(const float* qkv, int64_t n, int64_t n_head, int64_t head_dim, st
           if (corr != 1.0f)
             for (int64_t d = 0; d < D; ++d) acc[t * D + d] *= corr;
         }
-        gemm_rows(GgmlType::F32, ns, vt.data() + h * D * n + s0, static_cast<size_t>(n) * sizeof(float), D, S.data(),
-                  kK * sizeof(float), nt, part.data(), D);
-        for (int64_t i = 0; i < nt * D; ++i) acc[i] += part[i];
+        sgemm(nt, D, ns, S.data(), kK, qkv + s0 * row + 2 * Q + h * D, row, acc.data(), D, true);
       }
       for (int64_t t = 0; t < nt; ++t) {
         const float inv = 1.0f / l[t];

@@ -192,7 +192,7 @@ ImageRows Encoder::encode(const Image& img, ThreadPool& pool, const EncodeOption
     rmsnorm(x_.data(), b.ln1.data(), xn_.data(), N, C, hp.eps, pool);
     matmul_f32(b.qkv, xn_.data(), N, qkv_.data(), pool);  // [N, 3Q]
     rope2d(qkv_.data(), hp, g, cs_, pool);
-    attention(qkv_.data(), N, hp.n_head, hp.head_dim, vt_, att_.data(), pool);  // [N, Q]
+    attention(qkv_.data(), N, hp.n_head, hp.head_dim, kt_, att_.data(), pool);  // [N, Q]
     dump("attn", li, att_.data(), N, Q);
     matmul_f32(b.out, att_.data(), N, tmp_.data(), pool);
     add(x_.data(), tmp_.data(), N * C, pool);

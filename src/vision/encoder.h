@@ -48,7 +48,7 @@ class Encoder {
  private:
   const VisionModel& m_;
   // activations, kept between images
-  std::vector<float> patches_, x_, xn_, qkv_, vt_, att_, hid_, tmp_, merged_, proj_, cs_;
+  std::vector<float> patches_, x_, xn_, qkv_, kt_, att_, hid_, tmp_, merged_, proj_, cs_;
 };
 
 }  // namespace k3::vision

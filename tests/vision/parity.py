@@ -175,6 +175,12 @@ def main():
             e = ref.encode(kpx.reshape(j["resized"][1], j["resized"][0], 3)).numpy()
             check(j["n_tokens"] <= 40 and e.shape == krows.shape and rel(krows, e) <= TOL,
                   f"--image-max-tokens 40 {name}: {j['n_tokens']} rows, rel {rel(krows, e):.2e}")
+        # a quantized mmproj (k3 quantize q8_0) runs and stays near the BF16 rows
+        q8 = os.path.join(d, "mmproj-q8.gguf")
+        run([k3, "quantize", mm, q8, "q8_0"])
+        _, _, bf = k3_encode(k3, mm, files["rgb_down.png"], d)
+        _, _, q = k3_encode(k3, q8, files["rgb_down.png"], d)
+        check(q.shape == bf.shape and rel(q, bf) < 0.05, f"q8_0 mmproj: rows within 0.05 of the BF16 ones (rel {rel(q, bf):.3f})")
     if failures:
         print(f"{len(failures)} FAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)
