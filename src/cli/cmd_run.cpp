@@ -96,8 +96,11 @@ static int cmd_run(int argc, char** argv) {
       image_ms = ms_since(t_img);
       text = cli::place_images(text, rows);
     }
-    ip = vision::expand_media_pads(tok->encode(text, true), tok->token_id("<|media_pad|>"), rows);
-    prompt_ids = ip.ids;
+    prompt_ids = tok->encode(text, true);
+    if (!rows.empty()) {
+      ip = vision::expand_media_pads(prompt_ids, tok->token_id("<|media_pad|>"), rows);
+      prompt_ids = ip.ids;
+    }
   }
   if (prompt_ids.empty()) fail("the prompt is empty");
   const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
