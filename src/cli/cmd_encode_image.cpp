@@ -1,6 +1,7 @@
 // k3 encode-image: one image through an mmproj's tower and projector (parity work and scripts).
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,10 @@ static int cmd_encode_image(int argc, char** argv) {
   app.add_option("--image", image, "PNG or JPEG file")->required();
   app.add_option("--out", out, "write the n_tokens x n_embd rows as raw little-endian float32");
   app.add_option("--dump-pixels", pixels, "write the resized RGB bytes (before padding), raw, row-major");
+  std::string trace;
+  app.add_option("--trace", trace,
+                 "write every named intermediate (patch_embd, pos_embd, attn-L, blk_out-L, post_ln, merged, rows) "
+                 "to DIR/NAME.f32 as raw float32 rows, for parity work");
   app.add_option("-t,--threads", vo.threads, "threads (default: all cores)");
   app.add_option("--image-max-pixels", vo.max_pixels, "refuse images with more pixels (checked from the header)")
       ->capture_default_str();
@@ -55,7 +60,15 @@ static int cmd_encode_image(int argc, char** argv) {
   const std::vector<uint8_t> bytes = vision::read_image_file(image);
   vision::Image resized;
   const auto t0 = std::chrono::steady_clock::now();
-  auto rows = v.encode(bytes, "", image, &resized);
+  vision::Dump dump;
+  if (!trace.empty()) {
+    std::filesystem::create_directories(trace);
+    dump = [&](const char* name, int layer, const float* data, int64_t n_rows, int64_t cols) {
+      const std::string file = std::string(name) + (layer >= 0 ? "-" + std::to_string(layer) : "") + ".f32";
+      write_raw((std::filesystem::path(trace) / file).string(), data, static_cast<size_t>(n_rows * cols) * sizeof(float));
+    };
+  }
+  auto rows = v.encode(bytes, "", image, &resized, dump);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!out.empty()) write_raw(out, rows->rows.data(), rows->rows.size() * sizeof(float));
   if (!pixels.empty()) write_raw(pixels, resized.rgb.data(), resized.rgb.size());

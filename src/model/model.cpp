@@ -96,8 +96,8 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
     float* x = h.data() + segs[i].row0 * H;
     embed(w_.token_embd, batch[i].ids, segs[i].n, x);
     for (const InputRows& r : batch[i].rows) {
-      const int64_t a = std::max<int64_t>(r.at, 0), b = std::min(r.at + r.n, segs[i].n);
-      if (a < b) std::copy_n(r.data + (a - r.at) * H, (b - a) * H, x + a * H);
+      const int64_t lo = std::max<int64_t>(r.at, 0), hi = std::min(r.at + r.n, segs[i].n);
+      if (lo < hi) std::copy_n(r.data + (lo - r.at) * H, (hi - lo) * H, x + lo * H);
     }
   }
   trace("inp_embd", -1, h.data(), T, H);

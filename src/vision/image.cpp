@@ -12,6 +12,14 @@ namespace k3::vision {
 
 namespace {
 
+enum class ImageFormat : uint8_t { Png, Jpeg };
+
+// The chessboard composite of one 8-bit sample with alpha a at pixel (x, y) (vision.md §4.1).
+uint8_t over_chessboard(uint8_t v, uint8_t a, uint32_t x, uint32_t y) {
+  const uint32_t bg = ((x / 8 + y / 8) % 2 == 0) ? 255 : 180;
+  return static_cast<uint8_t>((a * v + (255 - a) * bg + 127) / 255);
+}
+
 [[noreturn]] void bad(const std::string& name, const std::string& why) {
   throw ImageError("image '" + name + "': " + why);
 }
@@ -126,14 +134,15 @@ void jpeg_on_message(j_common_ptr c, int level) {
   if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) reinterpret_cast<JpegErr*>(c->err)->eof = true;
 }
 
+constexpr const char* kTruncated = "truncated JPEG (the data ends before the image does)";
+
 struct JpegJob {
   std::span<const uint8_t> bytes;
   uint64_t max_pixels = 0;
-  bool header_only = false;
   uint32_t width = 0, height = 0;
   bool cmyk = false;
   std::vector<uint8_t> pixels;  // [h][w][3 or 4]
-  std::string error;            // set when run() returns false
+  std::string error;            // set when run_jpeg() returns false
 };
 
 // Everything that the error longjmp can skip lives in the caller's JpegJob.
@@ -144,7 +153,7 @@ bool run_jpeg(JpegJob& job) {
   err.pub.error_exit = jpeg_on_error;
   err.pub.emit_message = jpeg_on_message;
   if (setjmp(err.jb)) {
-    job.error = err.eof ? std::string("truncated JPEG (the data ends inside the header)") : std::string("corrupt JPEG: ") + err.msg;
+    job.error = std::string("corrupt JPEG: ") + err.msg + (err.eof ? " (the data ended early)" : "");
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -154,8 +163,8 @@ bool run_jpeg(JpegJob& job) {
   job.width = cinfo.image_width, job.height = cinfo.image_height;
   job.cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (err.eof) {
-    job.error = "truncated JPEG (the data ends inside the header)";
-  } else if (!job.header_only && job.width > 0 && job.height > 0 && uint64_t{job.width} * job.height <= job.max_pixels) {
+    job.error = kTruncated;
+  } else if (job.width > 0 && job.height > 0 && uint64_t{job.width} * job.height <= job.max_pixels) {  // else: refused from the header
     cinfo.out_color_space = job.cmyk ? JCS_CMYK : JCS_RGB;
     jpeg_start_decompress(&cinfo);
     const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
@@ -165,19 +174,10 @@ bool run_jpeg(JpegJob& job) {
       jpeg_read_scanlines(&cinfo, &row, 1);
     }
     jpeg_finish_decompress(&cinfo);
-    if (err.eof) job.error = "truncated JPEG (the data ends before the image does)";
+    if (err.eof) job.error = kTruncated;
   }
   jpeg_destroy_decompress(&cinfo);
   return job.error.empty();
-}
-
-JpegJob jpeg_job(std::span<const uint8_t> b, const std::string& name, bool header_only, uint64_t max_pixels) {
-  JpegJob job;
-  job.bytes = b;
-  job.header_only = header_only;
-  job.max_pixels = max_pixels;
-  if (!run_jpeg(job)) bad(name, job.error);
-  return job;
 }
 
 // Pillow's CMYK -> RGB: libjpeg gives Adobe's inverted samples (Pillow's "CMYK;I" raw mode), then
@@ -190,9 +190,11 @@ uint8_t cmyk_channel(uint8_t raw_c, uint8_t raw_k) {
 }
 
 Image decode_jpeg(std::span<const uint8_t> b, const std::string& name, uint64_t max_pixels) {
-  JpegJob probe = jpeg_job(b, name, true, max_pixels);
-  check_pixels(probe.width, probe.height, max_pixels, name);
-  JpegJob job = jpeg_job(b, name, false, max_pixels);
+  JpegJob job;
+  job.bytes = b;
+  job.max_pixels = max_pixels;
+  if (!run_jpeg(job)) bad(name, job.error);
+  check_pixels(job.width, job.height, max_pixels, name);
   Image im;
   im.width = job.width, im.height = job.height;
   const size_t n = static_cast<size_t>(im.width) * im.height;
@@ -207,21 +209,6 @@ Image decode_jpeg(std::span<const uint8_t> b, const std::string& name, uint64_t 
 }
 
 }  // namespace
-
-ImageInfo probe_image(std::span<const uint8_t> bytes, std::string_view media_type, const std::string& name) {
-  ImageInfo info{sniff(bytes, media_type, name)};
-  if (info.format == ImageFormat::Png) {
-    spng_ihdr ihdr{};
-    Spng ctx = open_png(bytes, name, ihdr);
-    info.width = ihdr.width, info.height = ihdr.height;
-    info.alpha = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ||
-                 ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA || png_has_trns(ctx.get());
-  } else {
-    const JpegJob j = jpeg_job(bytes, name, true, 0);
-    info.width = j.width, info.height = j.height;
-  }
-  return info;
-}
 
 Image decode_image(std::span<const uint8_t> bytes, std::string_view media_type, const std::string& name,
                    uint64_t max_pixels) {

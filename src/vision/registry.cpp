@@ -29,8 +29,6 @@ void for_each_vision_tensor(const VisionHParams& hp, const std::function<void(co
   emit("mm.post_norm.weight", "mm_projector.post_norm.weight", {D}, false);
 }
 
-size_t vision_tensor_count(const VisionHParams& hp) { return 6 * static_cast<size_t>(hp.n_layer) + 6; }
-
 bool is_vision_tensor_name(const std::string& name) { return name.starts_with("v.") || name.starts_with("mm."); }
 
 bool is_vision_source_name(const std::string& name) {

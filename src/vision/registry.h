@@ -22,8 +22,8 @@ struct VTensor {
   int layer = -1;              // block, or -1
 };
 
+// In file order: patch kernel, position table, the blocks' 6 each, post_ln, the projector's 3.
 void for_each_vision_tensor(const VisionHParams& hp, const std::function<void(const VTensor&)>& fn);
-size_t vision_tensor_count(const VisionHParams& hp);  // 6 per block + 6
 
 // Whether a GGUF tensor name belongs to an mmproj file (clip conventions: "v." and "mm.").
 bool is_vision_tensor_name(const std::string& name);

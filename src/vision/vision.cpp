@@ -21,12 +21,13 @@ void Vision::check_text_width(int64_t n_embd, const std::string& model_path) con
 }
 
 std::shared_ptr<const ImageRows> Vision::encode(std::span<const uint8_t> bytes, std::string_view media_type,
-                                                const std::string& name, Image* resized) {
+                                                const std::string& name, Image* resized, const Dump& dump) {
   Image img = decode_image(bytes, media_type, name, o_.max_pixels);
   std::lock_guard<std::mutex> lk(mu_);
   EncodeOptions eo;
   eo.max_tokens = o_.max_tokens;
   eo.resized = resized;
+  eo.dump = dump;
   return std::make_shared<const ImageRows>(enc_.encode(img, *pool_, eo));
 }
 

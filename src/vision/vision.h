@@ -38,9 +38,10 @@ class Vision {
   void check_text_width(int64_t n_embd, const std::string& model_path) const;
 
   // bytes of a PNG or JPEG file (media_type "image/png", "image/jpeg" or "" to sniff) -> rows.
-  // ImageError for a bad image, its message naming `name`. resized: the pixels before padding.
+  // ImageError for a bad image, its message naming `name`. resized: the pixels before padding;
+  // dump: the named intermediates (encoder.h).
   std::shared_ptr<const ImageRows> encode(std::span<const uint8_t> bytes, std::string_view media_type,
-                                          const std::string& name, Image* resized = nullptr);
+                                          const std::string& name, Image* resized = nullptr, const Dump& dump = {});
 
  private:
   std::unique_ptr<VisionModel> m_;

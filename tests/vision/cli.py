@@ -1,9 +1,11 @@
-"""Images through the command line: k3 run --mmproj --image (rows counted in the prompt, the
+"""Images through the command line: encode-image's rows the same bits for any thread count and
+close across ISAs; k3 run --mmproj --image (rows counted in the prompt, the
 placeholder rule, the same greedy tokens twice), k3 chat's /image, and the errors for a missing
 --mmproj, a placeholder count that does not match, an mmproj of another width and a bad image.
     /usr/bin/python3 tests/vision/cli.py --k3 build/bin/k3"""
 import argparse, json, os, subprocess, sys, tempfile
 
+import numpy as np
 from PIL import Image
 
 failures = []
@@ -32,6 +34,22 @@ def main():
         img = os.path.join(d, "cat.png")
         Image.new("RGB", (150, 90), (200, 30, 90)).save(img)
         rows = json.loads(run([k3, "encode-image", "--mmproj", mm, "--image", img]).stdout)["n_tokens"]
+        # the same bits for any thread count, and close across the ISAs' kernels
+        big = os.path.join(d, "big.png")
+        Image.effect_noise((500, 420), 60).convert("RGB").save(big)
+        hashes, outs = set(), {}
+        for isa, t in (("avx512", "1"), ("avx512", "3"), ("avx2", "2"), ("scalar", "2")):
+            out = os.path.join(d, f"rows-{isa}-{t}.f32")
+            env = dict(os.environ, K3_ISA=isa)
+            j = json.loads(subprocess.run([k3, "encode-image", "--mmproj", mm, "--image", big, "-t", t, "--out", out],
+                                          capture_output=True, text=True, env=env, check=True).stdout)
+            if isa == "avx512":
+                hashes.add(j["hash"])
+            outs[isa] = open(out, "rb").read()
+        check(len(hashes) == 1, "the rows' hash does not depend on the thread count")
+        ref = np.frombuffer(outs["scalar"], "<f4")
+        worst = max(float(np.abs(np.frombuffer(outs[i], "<f4") - ref).max() / np.abs(ref).max()) for i in ("avx512", "avx2"))
+        check(worst < 1e-5, f"AVX-512 / AVX2 rows within 1e-5 of the scalar kernels' (rel {worst:.1e})")
         base = [k3, "run", "-m", model, "-n", "6", "--temp", "0", "--json"]
         prompt_text = "<|media_begin|>image 150x90<|media_content|><|media_pad|><|media_end|>Say it."
         ids_text = json.loads(run(base + ["-p", prompt_text]).stdout.splitlines()[-1])["prompt_ids"]
