@@ -1,7 +1,8 @@
 // POST /v1/messages and /v1/messages/count_tokens: an Anthropic Messages request, checked field by
 // field, converted to the internal conversation (ChatRequest). Mapping:
 //   system (string or text blocks)            -> a system message first
-//   user text blocks                          -> user messages (in block order)
+//   user text and image blocks                -> user messages (in block order; image_url parts
+//                                                from base64 sources, url sources refused later)
 //   user tool_result blocks                   -> tool messages (tool_call_id = tool_use_id)
 //   assistant text / thinking / tool_use      -> one assistant message: content, reasoning_content,
 //                                                tool_calls {id, function {name, arguments: input}}
@@ -21,10 +22,24 @@ namespace {
 std::string at_index(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
 [[noreturn]] void unsupported_block(const std::string& path, const std::string& type, const char* where) {
-  if (type == "image")
-    bad_request(path + ".type", "'" + path + ".type' = 'image': image input is not supported yet (k3 serve has no vision "
-                                             "model); send text");
   bad_request(path + ".type", "'" + path + ".type' = '" + type + "' is not supported in " + where);
+}
+
+// An image block: {"source": {"type": "base64", "media_type", "data"} or {"type": "url", "url"}}.
+json image_block(const Fields& b, const std::string& path, const RequestLimits& lim) {
+  require_vision(path, lim);
+  b.only({"type", "source", "cache_control"});
+  Fields s(b.object("source"), path + ".source");
+  const std::string type = s.str("type", "", true);
+  if (type == "base64") {
+    s.only({"type", "media_type", "data"});
+    return image_part("data:" + s.str("media_type", "", true) + ";base64," + s.str("data", "", true), path, lim);
+  }
+  if (type == "url") {
+    s.only({"type", "url"});
+    return image_part(s.str("url", "", true), path, lim);
+  }
+  bad_request(path + ".source.type", "'" + path + ".source.type' = '" + type + "' is not supported (base64, url)");
 }
 
 std::string text_block(const Fields& b) {
@@ -53,6 +68,8 @@ std::string text_of(const Fields& f, const char* key, const std::string& path, b
 }
 
 struct Converter {
+  explicit Converter(const RequestLimits& l) : lim(l) {}
+  const RequestLimits& lim;
   json out = json::array();
   std::set<std::string> tool_use_ids;          // all of the conversation (they must be unique)
   std::vector<std::string> open_calls;         // tool_use ids of the last assistant message awaiting results
@@ -65,20 +82,31 @@ struct Converter {
       out.push_back({{"role", "user"}, {"content", c}});
     } else {
       if (c.empty()) bad_request(path, "'" + path + "' must not be empty");
-      std::string text;
-      bool have_text = false;
+      // Text blocks run together into one content string, as the template would join text parts;
+      // with an image among them the content is the list of text and image_url parts.
+      json parts = json::array();
+      bool images = false;
       auto flush = [&] {
-        if (have_text) out.push_back({{"role", "user"}, {"content", text}});
-        text.clear();
-        have_text = false;
+        if (parts.empty()) return;
+        if (images) {
+          out.push_back({{"role", "user"}, {"content", parts}});
+        } else {
+          std::string text;
+          for (const json& t : parts) text += t["text"].get<std::string>();
+          out.push_back({{"role", "user"}, {"content", text}});
+        }
+        parts = json::array();
+        images = false;
       };
       for (size_t k = 0; k < c.size(); ++k) {
         const std::string p = at_index(path, k);
         Fields b(c[k], p);
         const std::string type = b.str("type", "", true);
         if (type == "text") {
-          text += text_block(b);
-          have_text = true;
+          parts.push_back({{"type", "text"}, {"text", text_block(b)}});
+        } else if (type == "image") {
+          parts.push_back(image_block(b, p, lim));
+          images = true;
         } else if (type == "tool_result") {
           b.only({"type", "tool_use_id", "content", "is_error", "cache_control"});
           const std::string id = b.str("tool_use_id", "", true);
@@ -157,7 +185,7 @@ json convert_messages(const Fields& f, const RequestLimits& lim) {
   if (msgs.empty()) bad_request("messages", "'messages' must not be empty");
   if (msgs.size() > lim.max_messages)
     bad_request("messages", "'messages' has more than " + std::to_string(lim.max_messages) + " entries");
-  Converter cv;
+  Converter cv(lim);
   if (f.has("system")) {
     const std::string system = text_of(f, "system", "system", false);
     if (!system.empty()) cv.out.push_back({{"role", "system"}, {"content", system}});

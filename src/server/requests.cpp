@@ -146,6 +146,16 @@ static void check_ignored(const Fields& f) {
     bad_request("logit_bias", "'logit_bias' is not supported (only an empty object)");
 }
 
+void require_vision(const std::string& path, const RequestLimits& lim) {
+  if (!lim.vision)
+    bad_request(path, "'" + path + "' is an image, but this server has no vision model (start k3 serve with --mmproj)");
+}
+
+json image_part(const std::string& url, const std::string& path, const RequestLimits& lim) {
+  require_vision(path, lim);
+  return {{"type", "image_url"}, {"image_url", {{"url", url}}}, {"k3_path", path}};
+}
+
 // Text parts anywhere; image_url parts in user messages when the server has a vision model (the
 // image itself is decoded by the handler).
 static void check_content(const json& c, const std::string& path, const std::string& role, const RequestLimits& lim) {

@@ -97,6 +97,11 @@ void check_tool_schema(const json& schema, const std::string& path);
 void apply_effort(json& inputs, const std::string& effort, const std::string& param);
 // template_inputs from converted messages and r's tools and tool_choice.
 json chat_template_inputs(const json& messages, const ChatRequest& r);
+// An image of a user message in the internal conversation: the image_url part chat_prompt decodes,
+// carrying `path` (the client's field) for its errors. require_vision: a 400 naming `path` when the
+// server has no vision model (image_part checks it too).
+void require_vision(const std::string& path, const RequestLimits& lim);
+json image_part(const std::string& url, const std::string& path, const RequestLimits& lim);
 
 // {"tokens": [...]} of /detokenize and prompt ids: every element an id of the vocabulary.
 std::vector<int32_t> parse_ids(const json& arr, const std::string& param, int32_t n_vocab, size_t max_len);

@@ -2,7 +2,9 @@
 // subset), checked field by field, converted to the internal conversation (ChatRequest). Mapping:
 //   instructions                          -> a system message first
 //   input (a string)                      -> one user message
-//   message items (user/system/developer) -> messages of that role (input_text parts concatenated)
+//   message items (user/system/developer) -> messages of that role (input_text parts concatenated;
+//                                            a user message with input_image parts keeps its
+//                                            text and image_url parts)
 //   reasoning, assistant message and function_call items in a row -> one assistant message
 //                                            (reasoning_content, content, tool_calls), split where
 //                                            the order think -> response -> calls starts over
@@ -20,37 +22,56 @@ namespace {
 
 std::string at_index(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
-// A string, or content parts of the given text types concatenated.
-std::string text_of(const Fields& f, const char* key, const std::string& path) {
+// A string, or content parts of the given text types concatenated; with `images` (user messages)
+// input_image parts too, and then, if there is one, the list of text and image_url parts.
+json content_of(const Fields& f, const char* key, const std::string& path, const RequestLimits* images = nullptr) {
   if (!f.has(key)) bad_request(path, "'" + path + "' is required");
   const json& v = f.at(key);
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) bad_request(path, "'" + path + "' must be a string or an array of content parts, not " + type_name(v));
-  std::string text;
+  json parts = json::array();
+  bool any_image = false;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = at_index(path, i);
     Fields part(v[i], p);
     const std::string type = part.str("type", "", true);
+    std::string text;
     if (type == "input_text") {
       part.only({"type", "text"});
-      text += part.str("text", "", true);
+      text = part.str("text", "", true);
     } else if (type == "output_text") {
       part.only({"type", "text", "annotations", "logprobs"});
-      text += part.str("text", "", true);
+      text = part.str("text", "", true);
     } else if (type == "refusal") {
       part.only({"type", "refusal"});
-      text += part.str("refusal", "", true);
-    } else if (type == "input_image") {
-      bad_request(p + ".type", "'" + p + ".type' = 'input_image': image input is not supported yet (k3 serve has no "
-                                         "vision model); send text");
+      text = part.str("refusal", "", true);
+    } else if (type == "input_image" && images) {
+      require_vision(p, *images);
+      part.only({"type", "image_url", "detail", "file_id"});
+      if (part.has("file_id")) bad_request(p + ".file_id", "'" + p + ".file_id': stored files are not supported; send image_url");
+      part.str("detail", "");
+      parts.push_back(image_part(part.str("image_url", "", true), p, *images));
+      any_image = true;
+      continue;
     } else {
-      bad_request(p + ".type", "'" + p + ".type' = '" + type + "' is not supported (input_text, output_text, refusal)");
+      bad_request(p + ".type", "'" + p + ".type' = '" + type + "' is not supported (input_text, output_text, refusal" +
+                                   (images ? ", input_image)" : "; images only in user messages)"));
     }
+    parts.push_back({{"type", "text"}, {"text", text}});
   }
+  if (any_image) return parts;
+  std::string text;
+  for (const json& t : parts) text += t["text"].get<std::string>();
   return text;
 }
 
+std::string text_of(const Fields& f, const char* key, const std::string& path) {
+  return content_of(f, key, path).get<std::string>();
+}
+
 struct Converter {
+  explicit Converter(const RequestLimits& l) : lim(l) {}
+  const RequestLimits& lim;
   json out = json::array();
   // The assistant message being built from consecutive output items, and how far it got:
   // 1 reasoning, 2 content, 3 tool calls.
@@ -76,14 +97,14 @@ struct Converter {
       f.str("id", "");
       f.str("status", "");
       f.str("phase", "");
-      const std::string text = text_of(f, "content", p + ".content");
+      if (role != "user" && role != "assistant" && role != "system" && role != "developer")
+        bad_request(p + ".role", "'" + p + ".role' = '" + role + "' is not a role (user, assistant, system or developer)");
+      const json content = content_of(f, "content", p + ".content", role == "user" ? &lim : nullptr);
       if (role == "assistant") {
-        assistant(2)["content"] = text;
+        assistant(2)["content"] = content;
         return;
       }
-      if (role != "user" && role != "system" && role != "developer")
-        bad_request(p + ".role", "'" + p + ".role' = '" + role + "' is not a role (user, assistant, system or developer)");
-      out.push_back({{"role", role}, {"content", text}});
+      out.push_back({{"role", role}, {"content", content}});
       stage = 0;
     } else if (type == "reasoning") {
       f.only({"type", "id", "summary", "content", "encrypted_content", "status"});
@@ -142,7 +163,7 @@ struct Converter {
 };
 
 json convert_input(const Fields& f, const RequestLimits& lim) {
-  Converter cv;
+  Converter cv(lim);
   const std::string instructions = f.str("instructions", "");
   if (!instructions.empty()) cv.out.push_back({{"role", "system"}, {"content", instructions}});
   if (!f.has("input")) bad_request("input", "'input' is required");

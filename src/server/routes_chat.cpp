@@ -90,7 +90,8 @@ std::vector<std::shared_ptr<const vision::ImageRows>> encode_images(const Server
     for (size_t j = 0; j < content->size(); ++j) {
       const json& part = (*content)[j];
       if (part.value("type", "") != "image_url") continue;
-      const std::string name = "messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
+      const std::string name = part.contains("k3_path") ? part["k3_path"].get<std::string>()
+                                                        : "messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
       try {
         const vision::DataUrl d = vision::parse_data_url(part["image_url"]["url"].get<std::string>(), name);
         images.push_back(c.vision->encode(d.bytes, d.media_type, name));

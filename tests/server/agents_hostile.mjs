@@ -57,8 +57,8 @@ badM("role tool", { messages: [{ role: "tool", content: "x" }] }, "messages[0].r
 badM("content a number", { messages: [{ role: "user", content: 5 }] }, "messages[0].content");
 badM("content missing", { messages: [{ role: "user" }] }, "messages[0].content");
 badM("empty content array", { messages: [{ role: "user", content: [] }] }, "messages[0].content");
-badM("image block (no vision yet)", { messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] },
-  "image input is not supported");
+badM("image block without --mmproj", { messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] },
+  "no vision model");
 badM("unknown block type", { messages: [{ role: "user", content: [{ type: "hologram" }] }] }, "messages[0].content[0].type");
 badM("text block without text", { messages: [{ role: "user", content: [{ type: "text" }] }] }, "messages[0].content[0].text");
 badM("text block with text a number", { messages: [{ role: "user", content: [{ type: "text", text: 7 }] }] }, "messages[0].content[0].text");
@@ -141,8 +141,8 @@ badR("input an empty array", { input: [] }, "input");
 badR("item of unknown type", { input: [{ type: "hologram" }] }, "input[0].type");
 badR("message role tool", { input: [{ role: "tool", content: "x" }] }, "input[0].role");
 badR("message content a number", { input: [{ role: "user", content: 1 }] }, "input[0].content");
-badR("input_image part (no vision yet)", { input: [{ role: "user", content: [{ type: "input_image", image_url: "data:image/png;base64,AA" }] }] },
-  "input[0].content[0].type");
+badR("input_image part without --mmproj", { input: [{ role: "user", content: [{ type: "input_image", image_url: "data:image/png;base64,AA" }] }] },
+  "input[0].content[0]");
 badR("input_file part", { input: [{ role: "user", content: [{ type: "input_file", file_id: "f" }] }] }, "input[0].content[0].type");
 badR("function_call_output with no call", { input: [{ type: "function_call_output", call_id: "call_9", output: "x" }] }, "input[0].call_id");
 badR("function_call_output for another call", { input: ["Hi", CALL, { type: "function_call_output", call_id: "call_2", output: "x" }].map((x) =>

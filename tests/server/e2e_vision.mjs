@@ -2,12 +2,17 @@
 // data URL (PNG and JPEG) answers and counts the image rows in usage.prompt_tokens (streaming too);
 // broken base64, a corrupt image, a remote URL, too many pixels, an unsupported type and an image
 // without a vision model are 400s that say what is wrong and name the part; the server keeps serving.
+// The same image through the Anthropic Messages API (@anthropic-ai/sdk, a base64 image block) and
+// the OpenAI Responses API (input_image) gives the same prompt and the same greedy answer.
 //   node tests/server/e2e_vision.mjs --k3 build/bin/k3
 import { execFileSync } from "node:child_process";
+import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
-import { args, tmpdir, startServer, client, postJson, test, run, assert, eq } from "./lib.mjs";
+import { args, tmpdir, startServer, client, postJson, test, run, assert, eq, root } from "./lib.mjs";
+
+const Anthropic = (await import(createRequire(path.join(root, "tests/node/package.json")).resolve("@anthropic-ai/sdk"))).default;
 
 const a = args();
 const dir = tmpdir();
@@ -103,6 +108,36 @@ test("two images in one message, and greedy answers that do not depend on the ba
   const [x, y] = await Promise.all([0, 1].map(() => oa.chat.completions.create({ messages: msgs, max_tokens: 8, temperature: 0 })));
   eq(x.choices[0].message.content, one.choices[0].message.content, "same answer in a batch of two");
   eq(y.choices[0].message.content, one.choices[0].message.content, "same answer in a batch of two");
+});
+
+test("the same image through /v1/messages and /v1/responses: same prompt, same greedy answer", async () => {
+  const b64 = PNG.toString("base64"), text = "What is in the picture?";
+  const chat = await oa.chat.completions.create({ messages: withImage(url("image/png", b64), text), max_tokens: 6, temperature: 0 });
+  const claude = new Anthropic({ apiKey: "unused", baseURL: server.url, maxRetries: 0 });
+  const m = await claude.messages.create({
+    model: "k3", max_tokens: 6, temperature: 0, thinking: { type: "adaptive" },
+    messages: [{ role: "user", content: [{ type: "text", text }, { type: "image", source: { type: "base64", media_type: "image/png", data: b64 } }] }],
+  });
+  eq(m.usage.input_tokens, chat.usage.prompt_tokens, "Anthropic input_tokens = chat prompt_tokens");
+  const r = await oa.responses.create({
+    model: "k3", max_output_tokens: 6, temperature: 0,
+    input: [{ role: "user", content: [{ type: "input_text", text }, { type: "input_image", image_url: url("image/png", b64) }] }],
+  });
+  eq(r.usage.input_tokens, chat.usage.prompt_tokens, "Responses input_tokens = chat prompt_tokens");
+  const answer = chat.choices[0].message.content ?? "";
+  const mText = m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+  eq(mText, answer, "the same answer through /v1/messages");
+  eq(r.output_text, answer, "the same answer through /v1/responses");
+  let err = null;
+  try {
+    await claude.messages.create({ model: "k3", max_tokens: 2, messages: [{ role: "user", content: [
+      { type: "image", source: { type: "url", url: "https://example.com/cat.png" } }] }] });
+  } catch (e) {
+    err = e;
+  }
+  assert(err && err.status === 400 && err.error?.error?.message.includes("remote image URLs are not supported"),
+         `a remote Anthropic image is a 400 (${err?.status} ${err?.error?.error?.message})`);
+  assert(err.error.error.message.includes("messages[0].content[0]"), "it names the block: " + err.error.error.message);
 });
 
 async function expect400(messages, param, ...parts) {

@@ -194,7 +194,7 @@ TEST(Agents, BadFieldsAreNamed) {
     const char* param;
   } cases[] = {
       {true, R"({"max_tokens":null})", "max_tokens"},
-      {true, R"({"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})", "messages[0].content[0].type"},
+      {true, R"({"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})", "messages[0].content[0]"},
       {true, R"({"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"zz"}]}]})",
        "messages[0].content[0].tool_use_id"},
       {true, R"({"tools":[{"name":"edit","input_schema":{"type":"object","properties":{"a":3}}}]})",
