@@ -20,6 +20,29 @@ bool k3_thinking_enabled(const nlohmann::ordered_json& inputs) {
 
 std::string render_chat(const jinja::Template& t, const nlohmann::ordered_json& inputs) { return t.render(inputs); }
 
+std::vector<size_t> message_starts(const jinja::Template& t, const nlohmann::ordered_json& inputs,
+                                   std::string_view prompt, size_t recent) {
+  std::vector<size_t> out;
+  if (!inputs.contains("messages") || !inputs["messages"].is_array()) return out;
+  const auto& msgs = inputs["messages"];
+  const size_t n = msgs.size();
+  nlohmann::ordered_json in = inputs;
+  in["add_generation_prompt"] = false;
+  for (size_t i = 0; i <= n; ++i) {
+    if (i > 1 && i + recent < n) continue;
+    in["messages"] = nlohmann::ordered_json(msgs.begin(), msgs.begin() + static_cast<std::ptrdiff_t>(i));
+    try {
+      const std::string head = t.render(in);
+      if (!head.empty() && head.size() <= prompt.size() && prompt.compare(0, head.size(), head) == 0 &&
+          (out.empty() || out.back() < head.size()))
+        out.push_back(head.size());
+    } catch (const jinja::TemplateError&) {
+      // e.g. a tool result whose call is not among the first i messages
+    }
+  }
+  return out;
+}
+
 nlohmann::ordered_json normalize_openai_messages(const nlohmann::ordered_json& messages) {
   nlohmann::ordered_json out = messages;
   if (!out.is_array()) return out;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,14 @@ bool k3_thinking_enabled(const nlohmann::ordered_json& inputs);
 // Renders `inputs` = {"messages": [...], "tools": [...], "add_generation_prompt": true, ...};
 // every key is passed to the template as a variable. Throws jinja::TemplateError.
 std::string render_chat(const jinja::Template& t, const nlohmann::ordered_json& inputs);
+
+// Where messages start in `prompt` = render_chat(t, inputs), as byte offsets, for the first
+// message, the last `recent` ones and the generation prompt: the length of the rendering of the
+// messages before it (without the generation prompt) where that rendering is a prefix of the
+// prompt (a template that renders earlier turns otherwise than the last has no start there).
+// Earlier messages were the recent ones of earlier requests. Ascending, without 0.
+std::vector<size_t> message_starts(const jinja::Template& t, const nlohmann::ordered_json& inputs,
+                                   std::string_view prompt, size_t recent = 16);
 
 // OpenAI wire format -> what the K3 template renders best, as llama.cpp does before rendering:
 // role "developer" becomes "system", and tool-call `arguments` given as a JSON string holding an

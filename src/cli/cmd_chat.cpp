@@ -1,5 +1,7 @@
 // k3 chat: an interactive terminal chat with the same chat template, engine and K3 output parser
-// as k3 serve. Reasoning is shown dimmed; tool calls are printed as calls.
+// as k3 serve. Reasoning is shown dimmed; tool calls are printed as calls. The prompt cache keeps
+// each turn's states, so the next turn processes only its new tokens; --session FILE keeps the
+// conversation and those states across runs.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -12,12 +14,15 @@
 #include <random>
 #include <sstream>
 
+#include "cache/identity.h"
+#include "cache/prefix_cache.h"
 #include "chat/chat_template.h"
 #include "chat/k3_parser.h"
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
 #include "server/engine.h"
+#include "server/snapshot_points.h"
 #include "server/text_stream.h"
 #include "vision/vision.h"
 
@@ -66,7 +71,8 @@ void help() {
 static int cmd_chat(int argc, char** argv) {
   CLI::App app{"Chat with a Kimi-K3 model in the terminal (same template and output parser as k3 serve).",
                "k3 chat"};
-  std::string model_path, system_prompt, template_file, tools_file, effort = "max", f16_rule;
+  std::string model_path, system_prompt, template_file, tools_file, effort = "max", f16_rule, session,
+      cache_ram = "auto";
   int64_t n_ctx = 0;
   int threads = 0, n_predict = 2048;
   bool no_think = false, show_prompt = false;
@@ -95,6 +101,10 @@ static int cmd_chat(int argc, char** argv) {
   app.add_option("--mmproj", mmproj, "vision mmproj GGUF: /image PATH attaches an image");
   app.add_option("--image-max-pixels", vo.max_pixels, "refuse images with more pixels")->capture_default_str();
   app.add_option("--image-max-tokens", vo.max_tokens, "largest number of rows per image (0: the mmproj's patch limit)");
+  app.add_option("--session", session,
+                 "keep the conversation and its cached states in FILE (saved after each turn, resumed at start)");
+  app.add_option("--cache-ram", cache_ram, "prompt cache budget (K/M/G; 0: every turn from its first token)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,6 +122,9 @@ static int cmd_chat(int argc, char** argv) {
   else if (auto t = m->meta().get_str_opt("tokenizer.chat_template"); t && !t->empty())
     own = std::make_unique<jinja::Template>(*t, "tokenizer.chat_template");
   const jinja::Template& tmpl = own ? *own : chat::builtin_kimi_k3_template();
+  const std::string template_text = !template_file.empty() ? read_text_file(template_file)
+                                    : own                   ? *m->meta().get_str_opt("tokenizer.chat_template")
+                                                            : std::string(chat::kKimiK3Template);
   json tools = json::array();
   if (!tools_file.empty()) {
     tools = json::parse(read_text_file(tools_file), nullptr, false);
@@ -126,6 +139,17 @@ static int cmd_chat(int argc, char** argv) {
   eo.f16_rule = cli::parse_f16_rule(f16_rule);
   auto store = cli::make_expert_store(*m, stream, false, model::state_bytes(m->hparams(), eo.n_ctx));
   eo.experts = store.get();
+  std::unique_ptr<cache::PrefixCache> pc;
+  {
+    cache::Options co;
+    co.ram_bytes = cache_ram == "auto" ? cache::auto_ram_budget(store ? 0 : cache::mapped_bytes(*m),
+                                                                model::state_bytes(m->hparams(), eo.n_ctx))
+                                       : cache::parse_size(cache_ram, "--cache-ram");
+    co.snapshot_every = cache::Layout::of(m->hparams()).default_snapshot_every();
+    if (co.ram_bytes > 0) pc = std::make_unique<cache::PrefixCache>(*m, template_text, cache::compute_of(eo.f16_rule), co);
+    else if (!session.empty()) fail("--session keeps cached states: it needs --cache-ram above 0");
+  }
+  eo.cache = pc.get();
   server::Engine engine(*m, *tok, eo);
   std::unique_ptr<vision::Vision> vis;
   if (!mmproj.empty()) {
@@ -142,6 +166,19 @@ static int cmd_chat(int argc, char** argv) {
               model_path.c_str(), static_cast<long long>(eo.n_ctx), no_think ? "off" : effort.c_str());
 
   json history = json::array();
+  if (!session.empty() && ::access(session.c_str(), F_OK) == 0) {
+    cache::PrefixCache::Loaded l;
+    try {
+      l = pc->load(session);
+    } catch (const cache::FileError& e) {
+      fail("--session: %s (remove the file or name another)", e.what());
+    }
+    if (!l.extra.is_object() || !l.extra.contains("history") || !l.extra["history"].is_array())
+      fail("--session %s: not a k3 chat session (no history)", session.c_str());
+    history = l.extra["history"];
+    if (l.extra.contains("system") && l.extra["system"].is_string()) system_prompt = l.extra["system"];
+    std::printf("(resumed %zu messages from %s, %zu tokens cached)\n", history.size(), session.c_str(), l.ids.size());
+  }
   for (;;) {
     if (interactive) std::printf("%s> %s", st.bold(), st.reset()), std::fflush(stdout);
     std::string line, part;
@@ -256,6 +293,7 @@ static int cmd_chat(int argc, char** argv) {
     chat::K3StreamParser parser(po);
     server::Detokenizer detok(*tok, true);
     server::GenRequest gr;
+    if (pc) gr.snapshot_at = server::message_snapshot_points(tmpl, in, prompt, ids, *tok);
     gr.prompt = std::move(ids);
     gr.images = std::move(ip.images);
     gr.sampling = sp;
@@ -282,13 +320,14 @@ static int cmd_chat(int argc, char** argv) {
       std::fflush(stdout);
     };
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<int32_t> got_ids;
+    std::vector<int32_t> got_ids, all_ids;
     int n_gen = 0;
     for (;;) {
       got_ids.clear();
       const bool done = task->take(got_ids, std::chrono::milliseconds(50));
       std::string text;
       for (int32_t id : got_ids) text += detok.push(id);
+      all_ids.insert(all_ids.end(), got_ids.begin(), got_ids.end());
       n_gen += static_cast<int>(got_ids.size());
       if (done) text += detok.flush();
       show(parser.feed(text));
@@ -303,9 +342,11 @@ static int cmd_chat(int argc, char** argv) {
       std::printf("\n%s[tool call] %s(%s)%s", st.bold(), msg.tool_calls[calls_shown].name.c_str(),
                   msg.tool_calls[calls_shown].arguments.c_str(), st.reset());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("\n%s[%d tokens, %.1f tok/s%s%s]%s\n", st.dim(), n_gen, s > 0 ? n_gen / s : 0.0,
-                task->finish() == server::Finish::Length ? ", length limit" : "",
-                g_interrupt ? ", interrupted" : "", st.reset());
+    const server::TaskTimes tt = task->times();
+    std::printf("\n%s[%d tokens, %.1f tok/s; prompt %d tokens, %d cached%s%s]%s\n", st.dim(), n_gen,
+                s > 0 ? n_gen / s : 0.0, tt.n_prompt, tt.n_cached,
+                task->finish() == server::Finish::Length ? ", length limit" : "", g_interrupt ? ", interrupted" : "",
+                st.reset());
     if (task->finish() == server::Finish::Error) std::printf("error: %s\n", task->error().c_str());
 
     history.push_back(user);
@@ -322,6 +363,15 @@ static int cmd_chat(int argc, char** argv) {
       a["tool_calls"] = calls;
     }
     history.push_back(a);
+    if (!session.empty() && task->finish() != server::Finish::Error) {
+      std::vector<int32_t> fed = task->request().prompt;
+      fed.insert(fed.end(), all_ids.begin(), all_ids.end());
+      try {
+        pc->save(session, cache::Key{fed, {}}, json{{"history", history}, {"system", system_prompt}});
+      } catch (const std::exception& e) {
+        std::printf("(session not saved: %s)\n", e.what());
+      }
+    }
   }
   return 0;
 }

@@ -5,7 +5,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <unistd.h>
 
+#include "cache/identity.h"
+#include "cache/prefix_cache.h"
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
@@ -32,6 +35,7 @@ static int cmd_run(int argc, char** argv) {
   sp.temp = 0.8f, sp.top_k = 40, sp.top_p = 0.95f, sp.min_p = 0.05f;
   int64_t seed = -1;
   bool json = false, ignore_eos = false;
+  std::string prompt_cache;
   app.add_option("-m,--model", model_path, "GGUF model (default: built-in synthetic model)");
   auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text");
   app.add_option("--ids", ids_str, "prompt as comma-separated token ids")->excludes(p_opt);
@@ -57,6 +61,8 @@ static int cmd_run(int argc, char** argv) {
   app.add_option("--image-max-pixels", vo.max_pixels, "refuse images with more pixels")->capture_default_str();
   app.add_option("--image-max-tokens", vo.max_tokens, "largest number of rows per image (0: the mmproj's patch limit)")
       ->capture_default_str();
+  app.add_option("--prompt-cache", prompt_cache,
+                 "file for the state after the prompt: saved, and reused when a later prompt starts the same way");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
   try {
@@ -123,9 +129,34 @@ static int cmd_run(int argc, char** argv) {
 
   std::vector<float> logits;
   const auto t_prompt = Clock::now();
-  std::vector<model::InputRows> rows;
-  vision::input_rows(ip.images, 0, rows);
-  m->prefill(st, prompt_ids, n_batch, opt, model::Logits::Last, &logits, rows);
+  int64_t cached = 0;
+  if (prompt_cache.empty()) {
+    std::vector<model::InputRows> rows;
+    vision::input_rows(ip.images, 0, rows);
+    m->prefill(st, prompt_ids, n_batch, opt, model::Logits::Last, &logits, rows);
+  } else {
+    if (!images.empty()) fail("--prompt-cache does not take --image (yet): the file would not hold the image");
+    // Every state the file holds, and every one this prompt adds, fit: the cache lives for one run.
+    cache::Options co;
+    co.ram_bytes = INT64_MAX;
+    co.snapshot_every = cache::Layout::of(m->hparams()).default_snapshot_every();
+    cache::PrefixCache pc(*m, "", cache::compute_of(opt.f16_rule), co);
+    if (::access(prompt_cache.c_str(), F_OK) == 0) {
+      try {
+        pc.load(prompt_cache);
+      } catch (const cache::FileError& e) {
+        fail("--prompt-cache: %s (remove the file or name another)", e.what());
+      }
+    }
+    auto seq = pc.begin(cache::Key{prompt_ids, {}});
+    cached = cache::prefill(*m, *seq, st, prompt_ids, n_batch, opt, logits);
+    seq.reset();
+    const auto saved = pc.save(prompt_cache, cache::Key{prompt_ids, {}}, nullptr, 64);
+    if (!json)
+      std::fprintf(stderr, "k3 run: prompt cache %s: %lld of %zu prompt tokens reused, %lld saved (%s)\n",
+                   prompt_cache.c_str(), static_cast<long long>(cached), prompt_ids.size(),
+                   static_cast<long long>(saved.n_tokens), cache::format_size(saved.bytes).c_str());
+  }
   const double prompt_ms = ms_since(t_prompt);
 
   std::vector<int32_t> out_ids;
@@ -171,6 +202,7 @@ static int cmd_run(int argc, char** argv) {
     j["seed"] = sp.seed;
     if (!images.empty()) j["image_rows"] = ip.image_rows();
     j["timings"] = {{"load_ms", load_ms},          {"image_ms", image_ms}, {"prompt_tokens", prompt_ids.size()},
+                    {"cached_tokens", cached},
                     {"prompt_ms", prompt_ms},      {"prompt_tokens_per_s", prompt_tps},
                     {"gen_tokens", out_ids.size()}, {"gen_ms", gen_ms},
                     {"gen_tokens_per_s", gen_tps}, {"threads", pool.size()}};

@@ -60,6 +60,18 @@ static int cmd_serve(int argc, char** argv) {
                  "request body MiB being read or handled at once, summed; beyond that 503 (default: 8 x max-body-mb)");
   app.add_option("--shutdown-grace", o.shutdown_grace_s, "on SIGINT/SIGTERM, seconds in-flight requests may finish")
       ->capture_default_str();
+  app.add_option("--cache-ram", o.cache_ram,
+                 "prompt cache budget in RAM (K/M/G); 0 turns reuse across requests off; auto: half the memory "
+                 "left after the model and the slots")
+      ->capture_default_str();
+  app.add_option("--cache-dir", o.cache_dir, "prompt cache on disk: entries evicted from RAM and every prompt end "
+                                             "(reused after a restart; servers of one model may share it)");
+  app.add_option("--cache-disk", o.cache_disk, "budget of --cache-dir (auto: half its free space)")->capture_default_str();
+  app.add_option("--cache-snapshot-every", o.cache_snapshot_every,
+                 "also snapshot the KDA states every N prompt tokens (default: the power of two nearest to the "
+                 "tokens whose MLA rows weigh one snapshot, in 256..8192; 8192 at full K3 size)");
+  app.add_option("--slot-save-path", o.slot_save_path, "directory for POST /slots/{id}?action=save|restore");
+  app.add_flag("-v,--verbose", o.verbose, "debug lines on stderr (where each prompt left the prompt cache)");
   app.add_flag("--test-canned", o.test_canned,
                "TESTS ONLY: accept the k3_canned request field, which makes the model emit given text or ids");
   cli::StreamFlags stream;
@@ -72,6 +84,9 @@ static int cmd_serve(int argc, char** argv) {
   if (o.api_key.empty())
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");
+  if (o.cache_snapshot_every < 0) fail("--cache-snapshot-every must be >= 0");
+  if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
+    fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
   o.make_experts = [stream](const model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
   };
@@ -108,6 +123,7 @@ static int cmd_serve(int argc, char** argv) {
   sigaddset(&sigs, SIGUSR1);  // wakes the signal thread when run() ends on its own
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit fails the cache write (EFBIG), not the server
 
   server::Server s(o);
   const int port = s.bind();

@@ -43,6 +43,17 @@ uint64_t state_bytes(const HParams& hp, int64_t n_ctx) {
   return n * sizeof(float);
 }
 
+void State::set_n_past(int64_t n) {
+  if (n < 0 || n > n_ctx_)
+    fail("a restored sequence of %lld tokens does not fit the context of %lld", static_cast<long long>(n),
+         static_cast<long long>(n_ctx_));
+  for (uint32_t il = 0; il < hp_.n_layer; ++il)
+    if (hp_.attn_kind(il) == AttnKind::MLA && layers[il].kv.size() != static_cast<size_t>(n) * hp_.mla_row())
+      fail("layer %u: the restored MLA cache holds %zu values, not %lld rows", il, layers[il].kv.size(),
+           static_cast<long long>(n));
+  n_past_ = n;
+}
+
 double State::max_abs_diff(const State& a, const State& b) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (a.n_past_ != b.n_past_ || a.layers.size() != b.layers.size()) return inf;

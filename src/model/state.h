@@ -25,6 +25,9 @@ class State {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return n_ctx_; }
   void reset();  // back to an empty sequence (zeros, empty caches)
+  // For a restore from a snapshot (src/cache): the caller has filled `layers` for a sequence of n
+  // tokens (every MLA cache exactly n rows, the KDA states after token n); throws if they do not fit.
+  void set_n_past(int64_t n);
 
   std::vector<LayerState> layers;
 

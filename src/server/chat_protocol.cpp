@@ -77,7 +77,8 @@ class OpenAIChat final : public ChatProtocol {
   static json timings(const ChatOutcome& o) {
     const TaskTimes& t = o.times;
     return json{{"queued_ms", t.queued_ms},
-                {"prompt_n", o.n_prompt},
+                {"cache_n", o.n_cached},
+                {"prompt_n", o.n_prompt - o.n_cached},
                 {"prompt_ms", t.prompt_ms},
                 {"predicted_n", o.n_gen},
                 {"predicted_ms", t.gen_ms},

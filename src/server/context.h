@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "cache/prefix_cache.h"
 #include "chat/jinja.h"
 #include "model/model.h"
 #include "server/api.h"
 #include "server/chat_protocol.h"
 #include "server/engine.h"
+#include "server/generation.h"
 #include "server/http_server.h"
 #include "server/requests.h"
 #include "server/server.h"
@@ -26,8 +28,9 @@ class Metrics {
   void count(const std::string& route, int status);
   // Prometheus text exposition of the request counters, the engine and the process.
   // experts: the expert cache's counters when streaming (else null).
+  // cache: the prompt cache's counters (null: no cache).
   std::string render(const EngineStats& e, const HttpServer& http, double uptime_s,
-                     const model::ExpertStats* experts = nullptr) const;
+                     const model::ExpertStats* experts = nullptr, const cache::CacheStats* cache = nullptr) const;
 
  private:
   mutable std::mutex mu_;
@@ -44,6 +47,7 @@ struct ServerCtx {
   std::string template_origin;                    // built-in | gguf | file path
   std::unique_ptr<vision::Vision> vision;         // --mmproj
   int32_t media_pad = -1;                          // <|media_pad|> (-1: not in the vocabulary)
+  std::unique_ptr<cache::PrefixCache> cache;      // null with --cache-ram 0
   std::unique_ptr<Engine> engine;
   RequestLimits limits;
   std::string model_id;
@@ -64,6 +68,8 @@ void handle_completions(ServerCtx& c, const Request& req, Response& res);  // /v
 void handle_completion(ServerCtx& c, const Request& req, Response& res);   // /completion
 void handle_tokenize(ServerCtx& c, const Request& req, Response& res);
 void handle_detokenize(ServerCtx& c, const Request& req, Response& res);
+void handle_slots(ServerCtx& c, const Request& req, Response& res);        // GET /slots
+void handle_slot_action(ServerCtx& c, const Request& req, Response& res);  // POST /slots/{id}
 
 // Shared by the handlers.
 void reply_json(Response& res, const json& j, int status = 200);
@@ -72,10 +78,12 @@ void check_context(const ServerCtx& c, size_t n_prompt, const char* param);
 GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g);
 // The rendered prompt of a chat request, tokenized, with its images (image_url parts with data
 // URLs; each <|media_pad|> expanded to the image's rows). A template error or a bad image is a 400
-// naming r.prompt_param or the image's part.
-vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r);
+// naming r.prompt_param or the image's part. text receives the rendering.
+vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r, std::string* text = nullptr);
 // Runs a chat request and answers it through `proto`, streaming when the request asks.
 void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, Response& res);
+// usage.prompt_tokens_details of a finished generation.
+json prompt_tokens_details(const Generation& g);
 // Maps Engine::submit's refusal to an ApiError (503 with Retry-After via the error handler).
 void check_admit(Engine::Admit a);
 // The SSE event "data: JSON\n\n"; false when the client is gone.

@@ -3,7 +3,10 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
+#include "cache/prefix_cache.h"
 #include "common/error.h"
 
 namespace k3::server {
@@ -61,6 +64,11 @@ TaskTimes Task::times() const {
   return times_;
 }
 
+std::vector<std::vector<float>> Task::logits() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return logits_;
+}
+
 void Task::push(int32_t id) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -108,6 +116,11 @@ struct Engine::Slot {
   int32_t last = -1;   // token to run next (decode)
   std::vector<int32_t> fed;  // every token in `state`, to rebuild it after a failed batch
   std::vector<model::InputRows> rows;  // the images' rows for this step's prompt chunk
+  std::unique_ptr<cache::Sequence> seq;  // with a prompt cache
+  bool fresh = false;        // admitted, not started
+  size_t cached = 0;         // prompt tokens restored
+  std::vector<int32_t> done;  // the last request's tokens (SlotInfo::last)
+  bool busy = false;          // under Engine::mu_, for slots()
 };
 
 Engine::Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOptions& o)
@@ -195,6 +208,19 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+std::vector<Engine::SlotInfo> Engine::slots() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<SlotInfo> r;
+  for (size_t i = 0; i < slots_.size(); ++i) r.push_back({static_cast<int>(i), slots_[i]->busy, slots_[i]->done});
+  return r;
+}
+
+void Engine::set_last(int slot, std::vector<int32_t> ids) {
+  std::lock_guard<std::mutex> lk(mu_);
+  K3_ASSERT(slot >= 0 && static_cast<size_t>(slot) < slots_.size());
+  slots_[static_cast<size_t>(slot)]->done = std::move(ids);
+}
+
 void Engine::loop() {
   bool worked = false;
   for (;;) {
@@ -224,6 +250,8 @@ void Engine::loop() {
           s->src = std::make_unique<TokenSource>(s->task->request());
           s->pos = 0;
           s->last = -1;
+          s->fresh = true;
+          s->busy = true;
           s->task->t_start_ = Clock::now();
           {
             std::lock_guard<std::mutex> tl(s->task->mu_);
@@ -245,6 +273,8 @@ void Engine::loop() {
 void Engine::step() {
   for (auto& s : slots_)
     if (s->task && s->task->cancelled()) release(*s, Finish::Cancelled);
+  for (auto& s : slots_)
+    if (s->task && s->fresh) start(*s);
   // The batch: every decoding sequence's last token, then prompt chunks of at most n_batch tokens
   // in all, oldest request first, so one step's work stays bounded while long prompts are processed.
   std::vector<model::Segment> batch;
@@ -265,11 +295,15 @@ void Engine::step() {
   for (Slot* s : prefill) {
     if (budget == 0) break;
     const std::vector<int32_t>& prompt = s->task->request().prompt;
-    const int64_t n = std::min<int64_t>(budget, static_cast<int64_t>(prompt.size() - s->pos));
+    int64_t n = std::min<int64_t>(budget, static_cast<int64_t>(prompt.size() - s->pos));
+    bool stop = s->pos + n == prompt.size();  // a chunk that ends where logits or a snapshot are due
+    if (s->seq) {
+      const int64_t at = s->seq->next_stop(static_cast<int64_t>(s->pos));
+      if (static_cast<int64_t>(s->pos) + n >= at) n = at - static_cast<int64_t>(s->pos), stop = true;
+    }
     budget -= n;
-    const bool last = s->pos + n == prompt.size();
     vision::input_rows(s->task->request().images, static_cast<int64_t>(s->pos), s->rows);
-    batch.push_back({s->state.get(), prompt.data() + s->pos, n, last ? model::Logits::Last : model::Logits::None,
+    batch.push_back({s->state.get(), prompt.data() + s->pos, n, stop ? model::Logits::Last : model::Logits::None,
                      &s->logits, s->rows});
     seqs.push_back(s);
   }
@@ -320,6 +354,51 @@ void Engine::retry_alone(const std::vector<Slot*>& seqs, const std::vector<model
   }
 }
 
+// The prompt cache's content hash of each prompt position: an image's rows carry their image's
+// (XXH3 of the rows), plain tokens none (empty when the prompt has no image).
+static std::vector<uint64_t> image_hashes(const GenRequest& r) {
+  std::vector<uint64_t> h;
+  if (r.images.empty()) return h;
+  h.assign(r.prompt.size(), 0);
+  for (const vision::PromptImage& im : r.images) {
+    const uint64_t v = std::strtoull(im.rows->hash.substr(0, 16).c_str(), nullptr, 16) | 1;
+    for (int64_t p = im.at; p < im.at + im.rows->n_tokens && p < static_cast<int64_t>(h.size()); ++p) h[p] = v;
+  }
+  return h;
+}
+
+// A newly admitted sequence starts from the deepest cached state of its prompt; when that is the
+// whole prompt, its first token is sampled from the cached logits at once.
+void Engine::start(Slot& s) {
+  s.fresh = false;
+  const GenRequest& r = s.task->request();
+  s.fed.clear();
+  try {
+    if (o_.cache) {
+      const std::vector<uint64_t> content = image_hashes(r);
+      s.seq = o_.cache->begin(cache::Key{r.prompt, content}, r.snapshot_at);
+      s.pos = static_cast<size_t>(s.seq->restore(*s.state, s.logits));
+    }
+  } catch (const std::exception& e) {
+    return release(s, Finish::Error, e.what());
+  }
+  s.cached = s.pos;
+  s.fed.assign(r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos));
+  {
+    std::lock_guard<std::mutex> tl(s.task->mu_);
+    s.task->times_.n_cached = static_cast<int32_t>(s.pos);
+  }
+  if (s.pos == r.prompt.size()) {
+    const auto now = Clock::now();
+    {
+      std::lock_guard<std::mutex> tl(s.task->mu_);
+      s.task->times_.prompt_ms = ms_between(s.task->t_start_, now);
+      s.task->t_first_ = now;
+    }
+    sample(s);
+  }
+}
+
 void Engine::advance(Slot& s, const model::Segment& seg) {
   Task& t = *s.task;
   const GenRequest& r = t.request();
@@ -328,12 +407,28 @@ void Engine::advance(Slot& s, const model::Segment& seg) {
     if (s.pos < r.prompt.size()) {
       s.pos += static_cast<size_t>(seg.n);
       if (seg.want == model::Logits::None) return;
+      if (s.seq) s.seq->reached(static_cast<int64_t>(s.pos), *s.state, s.logits);
+      if (s.pos < r.prompt.size()) return;
       const auto now = Clock::now();
       std::lock_guard<std::mutex> tl(t.mu_);
       t.times_.prompt_ms = ms_between(t.t_start_, now);
       t.t_first_ = now;
     }
+  } catch (const std::exception& e) {
+    return release(s, Finish::Error, e.what());
+  }
+  sample(s);
+}
+
+void Engine::sample(Slot& s) {
+  Task& t = *s.task;
+  const GenRequest& r = t.request();
+  try {
     const int32_t id = s.src->next(s.logits.data(), m_.n_vocab());
+    if (r.keep_logits) {
+      std::lock_guard<std::mutex> tl(t.mu_);
+      t.logits_.push_back(s.logits);
+    }
     if (id < 0 || (!r.ignore_eos && tok_.is_eog(id))) return release(s, Finish::Eog);
     t.push(id);
     s.last = id;
@@ -346,10 +441,21 @@ void Engine::advance(Slot& s, const model::Segment& seg) {
 
 void Engine::release(Slot& s, Finish f, const std::string& error) {
   std::shared_ptr<Task> t = std::move(s.task);
+  const bool decoded = s.pos >= t->request().prompt.size();
+  if (s.seq) {
+    // The end of the generation is a snapshot too (its logits are current once decoding began).
+    if (f != Finish::Error && decoded) {
+      try {
+        s.seq->finish(s.fed, *s.state, s.logits);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "k3: warning: prompt cache: %s\n", e.what());
+      }
+    }
+    s.seq.reset();
+  }
   s.task.reset();
   s.src.reset();
   s.state->reset();
-  s.fed.clear();
   const TaskTimes tt = [&] {
     std::lock_guard<std::mutex> tl(t->mu_);
     return t->times_;
@@ -358,7 +464,12 @@ void Engine::release(Slot& s, Finish f, const std::string& error) {
     // The slot is free before the task reports its end.
     std::lock_guard<std::mutex> lk(mu_);
     --active_;
-    st_.prompt_tokens += static_cast<long long>(std::min(s.pos, t->request().prompt.size()));
+    s.busy = false;
+    st_.prompt_tokens += static_cast<long long>(std::min(s.pos, t->request().prompt.size()) - s.cached);
+    st_.prompt_cached_tokens += static_cast<long long>(s.cached);
+    if (o_.cache && f != Finish::Error) s.done = s.fed;
+    s.fed.clear();
+    s.cached = 0;
     st_.generated_tokens += tt.n_gen;
     st_.prompt_seconds += tt.prompt_ms / 1000.0;
     if (t->t_first_ != Clock::time_point{}) {

@@ -7,7 +7,9 @@
 // a request that arrives while others generate joins the batch at the next iteration; a finished
 // or cancelled one frees its slot at once). A sequence's tokens do not depend on what else is in
 // the batch, nor on a failure inside a batched pass that was not its own (the batch's states are
-// rebuilt from their tokens and retried one by one).
+// rebuilt from their tokens and retried one by one). With a prompt cache (EngineOptions::cache), a
+// sequence starts from the deepest cached state of its prompt and its prefill stops at the
+// cache's snapshot positions (src/cache/prefix_cache.h); results are the same bits.
 //
 //   auto t = std::make_shared<Task>(GenRequest{prompt_ids, sampling, max_tokens});
 //   if (engine.submit(t) != Engine::Admit::Ok) -> 503
@@ -31,6 +33,11 @@
 #include "tokenizer/tokenizer.h"
 #include "vision/prompt.h"
 
+namespace k3::cache {
+class PrefixCache;
+class Sequence;
+}  // namespace k3::cache
+
 namespace k3::server {
 
 enum class Finish : uint8_t {
@@ -53,6 +60,10 @@ struct GenRequest {
   // the model like a sampled token), then generation ends as at an end-of-generation token.
   bool forced = false;
   std::vector<int32_t> forced_ids;
+  // Prompt cache: positions worth a snapshot (message starts). The cache keys image positions by
+  // their rows' hash too, so prompts that differ only in an image never share a state.
+  std::vector<int64_t> snapshot_at;
+  bool keep_logits = false;  // Task::logits() keeps the logits each token was chosen from (tests)
 };
 
 struct TaskTimes {
@@ -60,6 +71,7 @@ struct TaskTimes {
   double prompt_ms = 0;  // prompt processing
   double gen_ms = 0;     // first token -> end
   int32_t n_prompt = 0, n_gen = 0;
+  int32_t n_cached = 0;  // prompt tokens restored from the prompt cache (not processed)
 };
 
 // One generation, shared by the HTTP handler that submitted it and the scheduler.
@@ -81,6 +93,7 @@ class Task {
   Finish finish() const;
   std::string error() const;
   TaskTimes times() const;
+  std::vector<std::vector<float>> logits() const;  // with GenRequest::keep_logits
 
  private:
   friend class Engine;
@@ -93,6 +106,7 @@ class Task {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> out_;
+  std::vector<std::vector<float>> logits_;
   Finish finish_ = Finish::None;
   std::string error_;
   TaskTimes times_;
@@ -107,12 +121,14 @@ struct EngineOptions {
   int queue = 8;           // tasks waiting for a slot before submit() refuses
   model::F16Rule f16_rule = model::F16Rule::Round;
   model::ExpertSource* experts = nullptr;  // routed experts streamed from disk (null: mapped)
+  cache::PrefixCache* cache = nullptr;     // reuse across requests (null: none)
 };
 
 struct EngineStats {
   int slots = 0, busy = 0, queued = 0;
   long long requests = 0, rejected = 0, cancelled = 0, errors = 0;
-  long long prompt_tokens = 0, generated_tokens = 0;
+  long long prompt_tokens = 0, generated_tokens = 0;  // prompt tokens processed (cached ones not)
+  long long prompt_cached_tokens = 0;
   double prompt_seconds = 0, gen_seconds = 0, ttft_seconds = 0;  // sums
   long long first_tokens = 0;                                     // count of ttft_seconds
   long long steps = 0;
@@ -143,11 +159,23 @@ class Engine {
   const EngineOptions& options() const { return o_; }
   EngineStats stats() const;
 
+  // The slots, for the slot API: `last` is the token sequence of the slot's last request (prompt
+  // and fed tokens; kept when there is a prompt cache), which set_last replaces (slot restore).
+  struct SlotInfo {
+    int id = 0;
+    bool busy = false;
+    std::vector<int32_t> last;
+  };
+  std::vector<SlotInfo> slots() const;
+  void set_last(int slot, std::vector<int32_t> ids);
+
  private:
   struct Slot;
   void loop();
   void step();
+  void start(Slot& s);  // restores from the prompt cache
   void advance(Slot& s, const model::Segment& seg);
+  void sample(Slot& s);
   void retry_alone(const std::vector<Slot*>& seqs, const std::vector<model::Segment>& batch,
                    const model::RunOptions& opt);
   void release(Slot& s, Finish f, const std::string& error = {});

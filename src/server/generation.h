@@ -42,6 +42,9 @@ class Generation {
   const char* finish_reason() const;
   int32_t n_prompt() const { return static_cast<int32_t>(task_->request().prompt.size()); }
   int32_t n_gen() const { return n_gen_; }
+  // Prompt tokens restored from the prompt cache instead of processed (usage.prompt_tokens_details.
+  // cached_tokens, llama.cpp's cache_n); known once the generation has started.
+  int32_t n_cached() const { return task_->times().n_cached; }
   TaskTimes times() const { return task_->times(); }
 
  private:

@@ -8,6 +8,7 @@
 #include "server/context.h"
 #include "server/generation.h"
 #include "vision/vision.h"
+#include "server/snapshot_points.h"
 
 namespace k3::server {
 
@@ -38,7 +39,7 @@ struct ChatJob {
     o.message = &parser->message();
     o.n_prompt = gen->n_prompt();
     o.n_gen = gen->n_gen();
-    o.n_cached = 0;  // no prompt cache yet: every prompt token is computed
+    o.n_cached = gen->n_cached();
     o.times = gen->times();
     return o;
   }
@@ -106,7 +107,7 @@ std::vector<std::shared_ptr<const vision::ImageRows>> encode_images(const Server
 
 }  // namespace
 
-vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r) {
+vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r, std::string* text) {
   // Images (image_url parts of user messages): their prompts go to the template as image_prompts.
   json prompts = json::array();
   const auto images = c.vision ? encode_images(c, r.template_inputs["messages"], prompts)
@@ -122,16 +123,19 @@ vision::ImagePrompt chat_prompt(const ServerCtx& c, const ChatRequest& r) {
   } catch (const jinja::TemplateError& e) {
     throw ApiError(400, std::string("the chat template rejected this request: ") + e.message(), r.prompt_param);
   }
-  if (images.empty()) return {c.tok->encode(prompt, true), {}};
+  std::vector<int32_t> ids = c.tok->encode(prompt, true);
+  if (text) *text = prompt;
+  if (images.empty()) return {std::move(ids), {}};
   try {
-    return vision::expand_media_pads(c.tok->encode(prompt, true), c.media_pad, images);
+    return vision::expand_media_pads(std::move(ids), c.media_pad, images);
   } catch (const Error& e) {
     throw ApiError(400, e.what(), r.prompt_param);
   }
 }
 
 void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> proto, Response& res) {
-  vision::ImagePrompt ip = chat_prompt(c, r);
+  std::string text;
+  vision::ImagePrompt ip = chat_prompt(c, r, &text);
   check_context(c, ip.ids.size(), r.prompt_param.c_str());
 
   auto job = std::make_shared<ChatJob>();
@@ -146,6 +150,7 @@ void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> 
   job->parser = std::make_unique<chat::K3StreamParser>(po);
   GenRequest gr = make_gen_request(c, std::move(ip.ids), r.gen);
   gr.images = std::move(ip.images);
+  if (c.cache) gr.snapshot_at = message_snapshot_points(*c.tmpl, r.template_inputs, text, gr.prompt, *c.tok);
   job->gen = std::make_unique<Generation>(*c.engine, *c.tok, std::move(gr), r.gen.stop, true);
   check_admit(job->gen->submit());
 

@@ -23,11 +23,14 @@ struct TextJob {
   json usage() const {
     return json{{"prompt_tokens", gen->n_prompt()},
                 {"completion_tokens", gen->n_gen()},
-                {"total_tokens", gen->n_prompt() + gen->n_gen()}};
+                {"total_tokens", gen->n_prompt() + gen->n_gen()},
+                {"prompt_tokens_details", prompt_tokens_details(*gen)}};
   }
   json timings() const {
     const TaskTimes t = gen->times();
-    return json{{"prompt_n", gen->n_prompt()},
+    // llama.cpp's: cache_n prompt tokens reused, prompt_n processed
+    return json{{"cache_n", gen->n_cached()},
+                {"prompt_n", gen->n_prompt() - gen->n_cached()},
                 {"prompt_ms", t.prompt_ms},
                 {"predicted_n", gen->n_gen()},
                 {"predicted_ms", t.gen_ms},
@@ -57,6 +60,7 @@ struct TextJob {
       j["model"] = model;
       j["tokens_predicted"] = gen->n_gen();
       j["tokens_evaluated"] = gen->n_prompt();
+      j["tokens_cached"] = gen->n_cached();
       j["stop_type"] = stop_type();
       j["stopping_word"] = gen->hit_stop_string() ? gen->stop_string() : "";
       j["timings"] = timings();

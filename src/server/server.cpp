@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "cache/identity.h"
 #include "chat/chat_template.h"
 #include "common/error.h"
 #include "server/context.h"
@@ -52,6 +54,8 @@ GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, con
   return r;
 }
 
+json prompt_tokens_details(const Generation& g) { return json{{"cached_tokens", g.n_cached()}}; }
+
 void check_admit(Engine::Admit a) {
   if (a == Engine::Admit::Overloaded)
     throw ApiError(503, "the server is busy: every slot is generating and the queue is full; retry later", "",
@@ -82,7 +86,7 @@ static long long rss_bytes() {
 }
 
 std::string Metrics::render(const EngineStats& e, const HttpServer& http, double uptime_s,
-                            const model::ExpertStats* x) const {
+                            const model::ExpertStats* x, const cache::CacheStats* pc) const {
   std::ostringstream o;
   auto num = [](double v) {
     if (v == static_cast<double>(static_cast<long long>(v))) return std::to_string(static_cast<long long>(v));
@@ -104,7 +108,10 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
   metric("k3_generations_cancelled_total", "counter", "Generations cancelled (client gone, stop string, shutdown).",
          static_cast<double>(e.cancelled));
   metric("k3_generation_errors_total", "counter", "Generations that failed in the model.", static_cast<double>(e.errors));
-  metric("k3_prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(e.prompt_tokens));
+  metric("k3_prompt_tokens_total", "counter", "Prompt tokens processed (not those restored from the prompt cache).",
+         static_cast<double>(e.prompt_tokens));
+  metric("k3_prompt_tokens_cached_total", "counter", "Prompt tokens restored from the prompt cache.",
+         static_cast<double>(e.prompt_cached_tokens));
   metric("k3_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(e.generated_tokens));
   metric("k3_prompt_seconds_total", "counter", "Time spent on prompts (per sequence, summed).", e.prompt_seconds);
   metric("k3_generation_seconds_total", "counter", "Time from first to last token (per sequence, summed).",
@@ -134,6 +141,38 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
   metric("k3_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (malloc arenas + mmapped blocks).",
          static_cast<double>(mi.uordblks + mi.hblkhd));
   metric("k3_uptime_seconds", "gauge", "Seconds since the server started.", uptime_s);
+  if (pc) {
+    metric("k3_prompt_cache_lookups_total", "counter", "Prompts looked up in the prompt cache.", double(pc->lookups));
+    metric("k3_prompt_cache_hits_total", "counter", "Lookups that restored a cached state.", double(pc->hits));
+    metric("k3_prompt_cache_misses_total", "counter", "Lookups that found nothing to restore.",
+           double(pc->lookups - pc->hits));
+    metric("k3_prompt_cache_ram_bytes", "gauge", "Prompt cache bytes in RAM (MLA rows and snapshots).",
+           double(pc->ram_bytes));
+    metric("k3_prompt_cache_ram_budget_bytes", "gauge", "Prompt cache RAM budget (--cache-ram).", double(pc->ram_budget));
+    metric("k3_prompt_cache_snapshots", "gauge", "KDA snapshots in RAM.", double(pc->snapshots));
+    metric("k3_prompt_cache_snapshots_taken_total", "counter", "KDA snapshots taken.", double(pc->snapshots_taken));
+    metric("k3_prompt_cache_evictions_total", "counter", "Snapshots evicted from RAM.", double(pc->evictions));
+    metric("k3_prompt_cache_snapshot_seconds_total", "counter", "Time copying states into the cache (snapshots, rows).",
+           pc->snapshot_seconds);
+    metric("k3_prompt_cache_restore_seconds_total", "counter", "Time copying cached states into slots.",
+           pc->restore_seconds);
+    if (pc->has_disk) {
+      const cache::DiskStats& d = pc->disk;
+      metric("k3_prompt_cache_disk_bytes", "gauge", "Prompt cache bytes on disk (--cache-dir).", double(d.bytes));
+      metric("k3_prompt_cache_disk_budget_bytes", "gauge", "Prompt cache disk budget (--cache-disk).", double(d.budget));
+      metric("k3_prompt_cache_disk_files", "gauge", "Usable prompt cache files on disk.", double(d.files));
+      metric("k3_prompt_cache_disk_writes_total", "counter", "Entries written to disk.", double(d.writes));
+      metric("k3_prompt_cache_disk_write_seconds_total", "counter", "Time spent writing entries.", d.write_seconds);
+      metric("k3_prompt_cache_disk_loads_total", "counter", "Entries restored from disk.", double(d.loads));
+      metric("k3_prompt_cache_disk_load_seconds_total", "counter", "Time spent loading entries.", d.load_seconds);
+      metric("k3_prompt_cache_disk_skipped_total", "counter", "Unusable files skipped (corrupt, truncated, foreign).",
+             double(d.skipped));
+      metric("k3_prompt_cache_disk_dropped_total", "counter", "Writes not done (disk full, queue full, too large).",
+             double(d.dropped));
+      metric("k3_prompt_cache_disk_removed_total", "counter", "Files deleted to stay within --cache-disk.",
+             double(d.removed));
+    }
+  }
   if (x) {  // divide the counters by k3_generated_tokens_total + k3_prompt_tokens_total for per-token figures
     metric("k3_expert_hits_total", "counter", "Requested routed experts found in the expert cache.", double(x->hits));
     metric("k3_expert_misses_total", "counter", "Requested routed experts read from disk.", double(x->misses));
@@ -157,6 +196,46 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
 }
 
 // ---- the server ----
+
+// The prompt cache of --cache-ram/--cache-dir (null when off).
+static std::unique_ptr<cache::PrefixCache> make_cache(const ServerCtx& c, const EngineOptions& eo,
+                                                      const std::string& template_text, model::F16Rule rule) {
+  const ServerOptions& o = c.opt;
+  const cache::Layout lay = cache::Layout::of(c.model->hparams());
+  const int64_t ram =
+      o.cache_ram == "auto"
+          ? cache::auto_ram_budget(c.experts ? 0 : cache::mapped_bytes(*c.model),
+                                   static_cast<uint64_t>(eo.parallel) * model::state_bytes(c.model->hparams(), eo.n_ctx))
+          : cache::parse_size(o.cache_ram, "--cache-ram");
+  if (ram == 0) {
+    if (!o.cache_dir.empty())
+      std::fprintf(stderr, "k3 serve: warning: --cache-ram 0 turns the prompt cache off; --cache-dir is not used\n");
+    return nullptr;
+  }
+  cache::Options co;
+  co.ram_bytes = ram;
+  co.snapshot_every = o.cache_snapshot_every > 0 ? o.cache_snapshot_every : lay.default_snapshot_every();
+  if (!o.cache_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.cache_dir, ec);
+    if (ec) fail("--cache-dir %s: cannot create the directory: %s", o.cache_dir.c_str(), ec.message().c_str());
+    co.dir = o.cache_dir;
+    co.disk_bytes = o.cache_disk == "auto" ? cache::auto_disk_budget(o.cache_dir)
+                                           : cache::parse_size(o.cache_disk, "--cache-disk");
+  }
+  const bool verbose = o.verbose;
+  co.log = [verbose](cache::Level lv, const std::string& msg) {
+    if (lv == cache::Level::Debug && !verbose) return;
+    std::fprintf(stderr, "k3 serve: %s%s\n", lv == cache::Level::Warn ? "warning: " : "", msg.c_str());
+  };
+  const tok::Tokenizer* tok = c.tok.get();
+  co.token_text = [tok](int32_t id) {
+    std::string s;
+    for (char ch : tok->piece(id)) s += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+    return s;
+  };
+  return std::make_unique<cache::PrefixCache>(*c.model, template_text, cache::compute_of(rule), co);
+}
 
 static std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -193,6 +272,9 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   }
   c.tmpl = c.own_template ? c.own_template.get() : &chat::builtin_kimi_k3_template();
   if (!c.own_template) c.template_origin = "built-in kimi-k3";
+  const std::string template_text = !opts.template_file.empty() ? read_file(opts.template_file)
+                                    : !gguf_template.empty()    ? gguf_template
+                                                                : std::string(chat::kKimiK3Template);
 
   c.media_pad = c.tok->token_id("<|media_pad|>");
   if (!opts.mmproj.empty()) {
@@ -216,6 +298,8 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   if (opts.make_experts)
     c.experts = opts.make_experts(*c.model, eo.parallel * model::state_bytes(c.model->hparams(), eo.n_ctx));
   eo.experts = c.experts.get();
+  c.cache = make_cache(c, eo, template_text, rule);
+  eo.cache = c.cache.get();
   c.engine = std::make_unique<Engine>(*c.model, *c.tok, eo);
 
   c.limits.max_tokens_cap = opts.max_tokens > 0 ? opts.max_tokens : static_cast<int32_t>(eo.n_ctx);
@@ -246,10 +330,21 @@ const std::string& Server::model_id() const { return c_->model_id; }
 
 std::string Server::describe() const {
   const auto& eo = c_->engine->options();
-  return strprintf("model %s (%s), context %lld per slot, %d slot(s), queue %d, %d thread(s), template: %s%s",
+  std::string pc = "off";
+  if (c_->cache) {
+    const cache::Options& co = c_->cache->options();
+    pc = strprintf("RAM %s, snapshot every %lld tokens (%s each, %s per token)", cache::format_size(co.ram_bytes).c_str(),
+                   static_cast<long long>(co.snapshot_every), cache::format_size(c_->cache->snapshot_bytes()).c_str(),
+                   cache::format_size(c_->cache->token_bytes()).c_str());
+    if (!co.dir.empty())
+      pc += strprintf(", disk %s (%s, %lld entries)", co.dir.c_str(), cache::format_size(co.disk_bytes).c_str(),
+                      c_->cache->stats().disk.files);
+  }
+  return strprintf("model %s (%s), context %lld per slot, %d slot(s), queue %d, %d thread(s), template: %s%s, "
+                   "prompt cache: %s",
                    c_->model_id.c_str(), c_->opt.model_path.c_str(), static_cast<long long>(eo.n_ctx), eo.parallel,
                    eo.queue, eo.threads, c_->template_origin.c_str(),
-                   c_->vision ? (", vision: " + c_->opt.mmproj).c_str() : "");
+                   c_->vision ? (", vision: " + c_->opt.mmproj).c_str() : "", pc.c_str());
 }
 
 int Server::bind() { return http_->bind(c_->opt.host, c_->opt.port); }
@@ -272,9 +367,10 @@ void Server::shutdown() {
 static std::string route_label(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/completion", "/v1/models", "/health",
                                 "/metrics", "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
-                                "/v1/responses", "/v1/responses/input_tokens"};
+                                "/v1/responses", "/v1/responses/input_tokens", "/slots"};
   for (const char* k : known)
     if (path == k) return path;
+  if (path.rfind("/slots/", 0) == 0) return "/slots/{id}";
   return "other";
 }
 
@@ -337,6 +433,8 @@ void Server::routes() {
   h.Post("/completion", wrap(handle_completion));
   h.Post("/tokenize", wrap(handle_tokenize));
   h.Post("/detokenize", wrap(handle_detokenize));
+  h.Get("/slots", wrap(handle_slots));
+  for (int i = 0; i < c->engine->options().parallel; ++i) h.Post("/slots/" + std::to_string(i), wrap(handle_slot_action));
 
   // GET routes only read counters: they run on the I/O thread, so they answer even when every
   // handler thread is busy.
@@ -362,7 +460,9 @@ void Server::routes() {
   }, true);
   h.Get("/metrics", [c, &h](const Request&, Response& res) {
     const model::ExpertStats xs = c->experts ? c->experts->stats() : model::ExpertStats{};
-    res.set_content(c->metrics.render(c->engine->stats(), h, steady_s() - c->t_start, c->experts ? &xs : nullptr),
+    const cache::CacheStats cs = c->cache ? c->cache->stats() : cache::CacheStats{};
+    res.set_content(c->metrics.render(c->engine->stats(), h, steady_s() - c->t_start, c->experts ? &xs : nullptr,
+                                      c->cache ? &cs : nullptr),
                     "text/plain; version=0.0.4");
   }, true);
 }

@@ -39,6 +39,11 @@ struct ServerOptions {
   double shutdown_grace_s = 10;  // on shutdown, in-flight requests get this long to finish
   model::SamplerParams sampling{0.8f, 40, 0.95f, 0.05f, 0};  // defaults for fields a request omits
   HttpLimits http;
+  // Prompt cache (src/cache): --cache-ram (auto, 0 = off, or a size), --cache-dir, --cache-disk,
+  // --cache-snapshot-every; --slot-save-path enables slot save/restore; -v logs debug lines.
+  std::string cache_ram = "auto", cache_dir, cache_disk = "auto", slot_save_path;
+  int64_t cache_snapshot_every = 0;  // 0: from the model (cache::Layout::default_snapshot_every)
+  bool verbose = false;
   // Streams routed experts from disk when set (k3 serve --expert-cache): called once with the model.
   // state_bytes: every slot's state at the full context. May return null (experts stay mapped).
   std::function<std::unique_ptr<model::ExpertStore>(const model::Model&, uint64_t state_bytes)> make_experts;

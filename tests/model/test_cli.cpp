@@ -1,5 +1,5 @@
 // The model commands end to end: k3 make-tiny, k3 logits (modes, --dump), k3 run (--json, -p,
-// the built-in model, errors).
+// the built-in model, errors, --prompt-cache).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -180,6 +180,59 @@ TEST(Cli, RunStreamingExpertsMatchesMapped) {
   for (const auto& r : sim["results"]) EXPECT_GE(r["hit_rate"].get<double>(), 0.0);
   EXPECT_EQ(run_cmd(base + " --expert-cache 12Q", &out), 1);
   EXPECT_NE(out.find("--expert-cache"), std::string::npos) << out;
+}
+
+namespace {
+json run_ids(const std::string& model, const std::string& ids, const std::string& extra) {
+  std::string out;
+  EXPECT_EQ(run_cmd(k3_bin() + " run -m " + model + " --ids " + ids + " -n 6 --temp 0 --ignore-eos --json -t 1 -b 4 " +
+                        extra,
+                    &out, false),
+            0)
+      << out;
+  return json::parse(out);
+}
+}  // namespace
+
+// k3 run --prompt-cache FILE: the first run saves the state after the prompt, a second run of the
+// same prompt reuses all of it, a longer prompt that starts the same way its shared part; every
+// output equals a run without the file. A file of another model, or a damaged one, is refused
+// with a message and left as it is.
+TEST(Cli, RunReusesThePromptCacheFile) {
+  const std::string model = make_model(config_a(1e-5f), "cache_cli_a");
+  const std::string file = temp_path("run.prompt-cache");
+  std::filesystem::remove(file);
+  const std::string a = "11,12,13,14,15,16,17,18,19,20", ab = a + ",21,22,23";
+  const json plain_a = run_ids(model, a, ""), plain_ab = run_ids(model, ab, "");
+
+  const json first = run_ids(model, a, "--prompt-cache " + file);
+  EXPECT_EQ(first["timings"]["cached_tokens"], 0);
+  EXPECT_EQ(first["ids"], plain_a["ids"]);
+  ASSERT_TRUE(std::filesystem::exists(file));
+  const json again = run_ids(model, a, "--prompt-cache " + file);
+  EXPECT_EQ(again["timings"]["cached_tokens"], 10);
+  EXPECT_EQ(again["ids"], plain_a["ids"]);
+  const json longer = run_ids(model, ab, "--prompt-cache " + file);
+  EXPECT_EQ(longer["timings"]["cached_tokens"], 10);
+  EXPECT_EQ(longer["ids"], plain_ab["ids"]);
+
+  const std::string other = make_model(config_b(1e-5f), "cache_cli_b");
+  const auto size = std::filesystem::file_size(file);
+  int rc = 0;
+  std::string out;
+  rc = run_cmd(k3_bin() + " run -m " + other + " --ids " + a + " -n 2 -t 1 --prompt-cache " + file, &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("made for another model or setup"), std::string::npos) << out;
+  EXPECT_EQ(std::filesystem::file_size(file), size) << "the file was left as it was";
+
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 5));
+    f.put('\x7f');
+  }
+  rc = run_cmd(k3_bin() + " run -m " + model + " --ids " + a + " -n 2 -t 1 --prompt-cache " + file, &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("checksum mismatch"), std::string::npos) << out;
 }
 
 TEST(Cli, Errors) {

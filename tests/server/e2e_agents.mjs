@@ -122,6 +122,8 @@ async function fromChatStream(stream) {
   for (const c of out.calls) c.input = parsedArgs(c.arguments);
   return out;
 }
+// Anthropic's input_tokens leaves out what the prompt cache served (cache_read_input_tokens).
+const anthropicPrompt = (u) => u.input_tokens + u.cache_read_input_tokens;
 const ANTHROPIC_STOP = { end_turn: "stop", tool_use: "tool_calls", max_tokens: "length", stop_sequence: "stop" };
 function fromMessage(m, partialJson = null) {
   const uses = m.content.filter((b) => b.type === "tool_use");
@@ -129,7 +131,7 @@ function fromMessage(m, partialJson = null) {
     reasoning: m.content.filter((b) => b.type === "thinking").map((b) => b.thinking).join(""),
     text: m.content.filter((b) => b.type === "text").map((b) => b.text).join(""),
     calls: uses.map((b, i) => ({ name: b.name, arguments: partialJson ? partialJson[i] : JSON.stringify(b.input), input: b.input })),
-    stop: ANTHROPIC_STOP[m.stop_reason], prompt: m.usage.input_tokens + m.usage.cache_read_input_tokens,
+    stop: ANTHROPIC_STOP[m.stop_reason], prompt: anthropicPrompt(m.usage),
   };
 }
 function fromResponse(r) {
@@ -322,11 +324,11 @@ test("anthropic: tool_use round trip with a tool_result; the history renders as 
   ];
   const rendered = render(chatHistory, { tools: TOOLS.chat });
   assert(rendered.includes('<|open|>message role="tool" tool="edit_file" index="2"<|sep|>no change'), "tool results rendered");
-  eq(r2.usage.input_tokens, (await tokens(rendered)).length, "input_tokens = tokens of the jinja rendering");
+  eq(anthropicPrompt(r2.usage), (await tokens(rendered)).length, "input + cache_read tokens = tokens of the jinja rendering");
   const c2 = await ai.chat.completions.create({ model: MODEL, messages: chatHistory, tools: TOOLS.chat, k3_canned: { text: final } });
-  eq(c2.usage.prompt_tokens, r2.usage.input_tokens, "same prompt through the chat route");
+  eq(c2.usage.prompt_tokens, anthropicPrompt(r2.usage), "same prompt through the chat route");
   const count = await claude.messages.countTokens({ model: MODEL, system: SYSTEM, messages: history, tools: TOOLS.anthropic, thinking: base.thinking });
-  eq(count.input_tokens, r2.usage.input_tokens, "count_tokens of the round trip");
+  eq(count.input_tokens, anthropicPrompt(r2.usage), "count_tokens of the round trip");
 
   const s = claude.messages.stream({ ...base, messages: history, k3_canned: { text: final } });
   const texts = [];
@@ -341,20 +343,20 @@ test("anthropic: thinking on and off (off when absent, as the API's default)", a
   for (const thinking of [undefined, { type: "disabled" }]) {
     const r = await claude.messages.create({ model: MODEL, max_tokens: 50, messages: q, ...(thinking && { thinking }), k3_canned: { text: off } });
     eq(r.content, [{ type: "text", text: "Just text." }], "no thinking block");
-    eq(r.usage.input_tokens, (await tokens(render(q, { thinking: false }))).length, "prompt rendered with thinking off");
+    eq(anthropicPrompt(r.usage), (await tokens(render(q, { thinking: false }))).length, "prompt rendered with thinking off");
   }
   for (const thinking of [{ type: "enabled", budget_tokens: 1024 }, { type: "adaptive" }]) {
     const r = await claude.messages.create({ model: MODEL, max_tokens: 2000, messages: q, thinking, k3_canned: { text: CANNED.reasoning } });
     eq(r.content.map((b) => b.type), ["thinking", "text"], "thinking block first");
     eq(r.content[0].thinking, "I think so.", "thinking text");
-    eq(r.usage.input_tokens, (await tokens(render(q))).length, "prompt rendered with thinking on");
+    eq(anthropicPrompt(r.usage), (await tokens(render(q))).length, "prompt rendered with thinking on");
   }
   const beta = await claude.beta.messages.create({ model: MODEL, max_tokens: 50, messages: q, betas: ["context-management-2025-06-27"],
     context_management: { edits: [] }, k3_canned: { text: off } });
   eq(beta.content, [{ type: "text", text: "Just text." }], "the beta endpoint (?beta=true) is the same route");
   const low = await claude.messages.create({ model: MODEL, max_tokens: 2000, messages: q, thinking: { type: "adaptive" },
     output_config: { effort: "low" }, k3_canned: { text: CANNED.reasoning } });
-  eq(low.usage.input_tokens, (await tokens(render(q, { thinking_effort: "low" }))).length, "output_config.effort low");
+  eq(anthropicPrompt(low.usage), (await tokens(render(q, { thinking_effort: "low" }))).length, "output_config.effort low");
 });
 
 test("responses: a function-call round trip with function_call_output; output_text; history as in chat", async () => {
@@ -384,7 +386,10 @@ test("responses: a function-call round trip with function_call_output; output_te
   eq(r2.usage.input_tokens, (await tokens(render(chatHistory, { tools: TOOLS.chat }))).length, "input_tokens = jinja rendering");
   const s = await responsesStream({ ...base, input, k3_canned: { text: final } });
   eq(s.helper.output_text, "All edits applied.", "streamed output_text (helper)");
-  eq(s.final.usage, r2.usage, "streamed usage = non-streamed usage");
+  // The same request again: the same usage, except that the prompt cache now serves all of it.
+  eq(s.final.usage.input_tokens_details.cached_tokens, s.final.usage.input_tokens, "the resent input is cached whole");
+  const uncached = (u) => ({ ...u, input_tokens_details: undefined });
+  eq(uncached(s.final.usage), uncached(r2.usage), "streamed usage = non-streamed usage");
   eq(r2.usage.output_tokens_details.reasoning_tokens > 0, true, "reasoning tokens counted");
 });
 

@@ -42,13 +42,16 @@ process.on("exit", () => {
   for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
 });
 
-// Starts `k3 serve` on a free loopback port; resolves once it listens.
-export function startServer(k3, model, extra = []) {
+// Starts `k3 serve` on a free loopback port; resolves once it listens. opts.env: extra environment;
+// opts.fileSizeKiB: run under `ulimit -f` (the kernel refuses writes past it).
+export function startServer(k3, model, extra = [], opts = {}) {
   return new Promise((resolve, reject) => {
     const threads = extra.includes("-t") ? [] : ["-t", "1"];
-    const proc = spawn(k3, ["serve", "-m", model, "--host", "127.0.0.1", "--port", "0", ...threads, ...extra], {
-      stdio: ["ignore", "ignore", "pipe"],
-    });
+    const argv = ["serve", "-m", model, "--host", "127.0.0.1", "--port", "0", ...threads, ...extra];
+    const [cmd, cmdArgs] = opts.fileSizeKiB
+      ? ["bash", ["-c", `ulimit -f ${opts.fileSizeKiB}; exec "$0" "$@"`, k3, ...argv]]
+      : [k3, argv];
+    const proc = spawn(cmd, cmdArgs, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...(opts.env || {}) } });
     started.add(proc);
     let log = "";
     const timer = setTimeout(() => reject(new Error("k3 serve did not start:\n" + log)), 30000);

@@ -1,0 +1,81 @@
+// What the prompt cache copies out of a model::State and back (model.md §7): the MLA rows of a
+// span of positions, and a snapshot of every KDA conv window and recurrent state at one position
+// with the logits of its last token. Copies only, never views of a live state: a restored state
+// holds the very bits the plain path computed, so it gives bit-identical logits.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/hparams.h"
+#include "model/state.h"
+
+namespace k3::cache {
+
+// Where a sequence's state lives inside model::State, from the hyperparameters.
+struct Layout {
+  std::vector<uint32_t> mla, kda;   // layer indices by kind
+  size_t row = 0;                   // floats per MLA row: r_kv + d_pe
+  std::vector<size_t> conv, rec;    // floats per KDA layer (same order as kda)
+  size_t n_vocab = 0;
+
+  static Layout of(const model::HParams& hp);
+  size_t row_floats() const { return mla.size() * row; }  // MLA floats per token, all layers
+  size_t kda_floats() const;                              // every KDA conv + recurrent state
+  size_t snapshot_floats() const { return kda_floats() + n_vocab; }
+  // The default --cache-snapshot-every: the power of two nearest to the tokens whose MLA rows weigh
+  // one snapshot, in [256, 8192] (8192 at full K3 size, 2048 for make-tiny --preset medium), so
+  // that snapshots inside long prompts take about as much memory as the rows they sit among.
+  int64_t default_snapshot_every() const;
+  uint64_t hash() const;
+};
+
+// A float buffer that is not zero-filled on allocation (snapshots are hundreds of MB at full size).
+class Floats {
+ public:
+  Floats() = default;
+  explicit Floats(size_t n) : p_(n ? new float[n] : nullptr), n_(n) {}
+  float* data() { return p_.get(); }
+  const float* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(float); }
+
+ private:
+  std::unique_ptr<float[]> p_;
+  size_t n_ = 0;
+};
+
+// MLA rows of n consecutive positions, every MLA layer: [mla layer][n][row].
+struct Rows {
+  int64_t n = 0;
+  Floats v;
+  const float* layer(const Layout& l, size_t j) const { return v.data() + j * n * l.row; }
+  float* layer(const Layout& l, size_t j) { return v.data() + j * n * l.row; }
+};
+
+// Every KDA layer's conv window then recurrent state after `pos` tokens, then the logits of
+// token pos-1: [kda_floats() + n_vocab].
+struct Snapshot {
+  int64_t pos = 0;
+  Floats v;
+  const float* logits(const Layout& l) const { return v.data() + l.kda_floats(); }
+};
+
+// Rows [a, b) of st's MLA caches.
+std::shared_ptr<Rows> copy_rows(const Layout& l, const model::State& st, int64_t a, int64_t b);
+// Rows [off, off + n) of r.
+std::shared_ptr<Rows> slice_rows(const Layout& l, const Rows& r, int64_t off, int64_t n);
+// st's KDA states now, with `logits` (the last token's, n_vocab values).
+std::shared_ptr<Snapshot> take_snapshot(const Layout& l, const model::State& st, std::span<const float> logits);
+
+// st's KDA states become s's and st the sequence of s.pos tokens (its MLA caches must hold s.pos
+// rows already); logits receives s's.
+void apply_snapshot(const Layout& l, model::State& st, const Snapshot& s, std::vector<float>* logits);
+// st becomes the sequence of s.pos tokens whose MLA rows are `pieces` (consecutive, from
+// position 0) and whose KDA states are s; logits receives s's.
+void restore(const Layout& l, model::State& st, std::span<const Rows* const> pieces, const Snapshot& s,
+             std::vector<float>* logits);
+
+}  // namespace k3::cache
