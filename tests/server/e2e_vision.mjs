@@ -118,7 +118,9 @@ test("the same image through /v1/messages and /v1/responses: same prompt, same g
     model: "k3", max_tokens: 6, temperature: 0, thinking: { type: "adaptive" },
     messages: [{ role: "user", content: [{ type: "text", text }, { type: "image", source: { type: "base64", media_type: "image/png", data: b64 } }] }],
   });
-  eq(m.usage.input_tokens, chat.usage.prompt_tokens, "Anthropic input_tokens = chat prompt_tokens");
+  // The same prompt again: the prompt cache serves it (the image's rows are keyed by their hash).
+  eq(m.usage.input_tokens + m.usage.cache_read_input_tokens, chat.usage.prompt_tokens, "Anthropic input + cache_read tokens = chat prompt_tokens");
+  eq(m.usage.cache_read_input_tokens, chat.usage.prompt_tokens, "the same image and text restored whole");
   const r = await oa.responses.create({
     model: "k3", max_output_tokens: 6, temperature: 0,
     input: [{ role: "user", content: [{ type: "input_text", text }, { type: "input_image", image_url: url("image/png", b64) }] }],
