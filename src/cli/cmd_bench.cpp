@@ -17,6 +17,7 @@
 #include "cli/model_cli.h"
 #include "common/error.h"
 #include "common/sysmem.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "model/registry.h"
 #include "model/trace.h"
@@ -52,10 +53,10 @@ double median(std::vector<double> xs) {
   return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
 }
 
-// Weight bytes one single-token forward pass reads. Every tensor is read whole except the token
-// embedding (one row) and the routed expert stacks: a decoded token selects exactly k distinct
-// experts of E in each MoE layer and every expert of a stack has the same size, so the count is
-// exact for every token, not an expectation.
+// Weight bytes one single-token forward pass reads (of the share this process holds). Every tensor
+// is read whole except the token embedding (one row) and the routed expert stacks: a decoded token
+// selects exactly k distinct experts of E in each MoE layer and every expert of a stack has the
+// same size, so the count is exact for every token, not an expectation.
 struct DecodeBytes {
   double trunk = 0, embd_row = 0, lm_head = 0, experts = 0;
   double total() const { return trunk + embd_row + lm_head + experts; }
@@ -67,7 +68,7 @@ DecodeBytes decode_bytes(const model::Model& m) {
   model::for_each_tensor(hp, [&](const model::TensorRef& r) {
     const model::Tensor& t = r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
     if (!t) return;
-    const double bytes = static_cast<double>(t.info->nbytes);
+    const double bytes = static_cast<double>(t.bytes());
     if (r.def.global == &model::Weights::token_embd) b.embd_row += static_cast<double>(t.row_bytes());
     else if (r.def.global == &model::Weights::output) b.lm_head += bytes;
     else if (r.def.transform == model::Transform::StackExperts)
@@ -106,24 +107,35 @@ double state_bytes(const model::State& st) {
   return n * sizeof(float);
 }
 
-// Reads one byte per page of every mapped file so no timed pass pays page faults (llama.cpp maps
-// with MAP_POPULATE for the same reason). Returns seconds.
+// Reads one byte per page of every weight this process holds so no timed pass pays page faults
+// (llama.cpp maps with MAP_POPULATE for the same reason). Returns seconds.
 // When streaming, the routed expert stacks are skipped (they are read into the expert cache).
 double prefault(const model::Model& m, bool skip_experts) {
   const auto t0 = Clock::now();
-  std::vector<std::pair<const uint8_t*, const uint8_t*>> skip;
-  if (skip_experts)
-    for (const auto& l : m.weights().layers)
-      for (const model::Tensor* t : {&l.gate_exps, &l.up_exps, &l.down_exps})
-        if (*t) skip.emplace_back(t->data, t->data + t->info->nbytes);
   volatile uint8_t sink = 0;
-  for (const auto& f : m.file().files())
-    for (size_t i = 0; i < f->size(); i += 4096) {
-      const uint8_t* p = f->base() + i;
-      if (std::any_of(skip.begin(), skip.end(), [&](auto& r) { return p >= r.first && p < r.second; })) continue;
-      sink = sink + *p;
-    }
+  auto touch = [&](const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; i += 4096) sink = sink + p[i];
+  };
+  model::for_each_tensor(m.hparams(), [&](const model::TensorRef& r) {
+    const model::Tensor& t = r.def.global ? m.weights().*(r.def.global) : m.weights().layers[r.il].*(r.def.layer);
+    if (!t || (skip_experts && r.def.transform == model::Transform::StackExperts)) return;
+    for (int64_t e = 0; e < t.ne[2]; ++e) touch(t.data + e * t.mat_stride(), t.ne[1] * t.row_bytes());
+  });
   return seconds_since(t0);
+}
+
+// Per-process counters of the timed generation passes.
+void add_rank_delta(std::vector<dist::RankStats>& sum, const std::vector<dist::RankStats>& now,
+                    const std::vector<dist::RankStats>& before) {
+  sum.resize(now.size());
+  for (size_t i = 0; i < now.size(); ++i) {
+    dist::RankStats& s = sum[i];
+    s.rank = now[i].rank, s.host = now[i].host, s.weight_bytes = now[i].weight_bytes;
+    if (!s.rss_bytes) s.rss_bytes = now[i].rss_bytes, s.rss_file_bytes = now[i].rss_file_bytes;  // before the probe
+    s.comm_seconds += now[i].comm_seconds - before[i].comm_seconds;
+    s.messages += now[i].messages - before[i].messages, s.bytes += now[i].bytes - before[i].bytes;
+    s.tokens += now[i].tokens - before[i].tokens;
+  }
 }
 
 // Expert-cache counters of the timed generation passes.
@@ -215,7 +227,7 @@ int cmd_bench(int argc, char** argv) {
                "the memory read bandwidth probed in the same run, and RSS.",
                "k3 bench"};
   std::string model_path;
-  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = -1, parallel = 1;
+  int p = 512, n = 128, threads = 0, reps = 5, membw_mib = -1, parallel = 1, stages = 1;
   bool as_json = false, profile = false;
   app.add_option("-m,--model", model_path, "GGUF model")->required();
   app.add_option("-p,--n-prompt", p, "prompt tokens (0: skip)")->capture_default_str();
@@ -233,6 +245,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--json", as_json, "print one JSON object");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::add_pp_flag(app, stages);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -247,10 +260,14 @@ int cmd_bench(int argc, char** argv) {
   size_t probe_bytes = 0;
 
   const auto t_load = Clock::now();
-  auto m = model::Model::load(model_path);
+  auto m = dist::load(model_path, stages);
   const double load_s = seconds_since(t_load);
   auto store = cli::make_expert_store(*m, stream, as_json, model::state_bytes(m->hparams(), std::max(p, n) + 1));
   const double prefault_s = prefault(*m, store != nullptr);
+  ThreadPool pool(cli::pick_threads(threads));
+  model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
+  opt.experts = store.get();
+  if (!dist::leader()) return dist::follow(*m, opt);
   const DecodeBytes db = decode_bytes(*m);
   double model_bytes = 0;
   std::map<std::string, double> bytes_by_type;
@@ -259,9 +276,6 @@ int cmd_bench(int argc, char** argv) {
     bytes_by_type[type_name(t->type)] += static_cast<double>(t->nbytes);
   }
 
-  ThreadPool pool(cli::pick_threads(threads));
-  model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
-  opt.experts = store.get();
   const int64_t n_ctx = std::max(p, n) + 1;
   model::State st = m->new_state(n_ctx);
   std::vector<float> logits;
@@ -319,6 +333,7 @@ int cmd_bench(int argc, char** argv) {
   // load. RSS is read before the probe buffer exists (after the first repetition: weights touched,
   // state and scratch at their steady size).
   std::vector<double> pp_tps, tg_tps, probe_gbps, ratios, par_batched_tps, par_separate_tps;
+  std::vector<dist::RankStats> ranks;  // per process, over the timed generation passes
   model::ExpertStats es_sum;  // over the timed generation passes
   std::unique_ptr<BigBuffer> probe;
   Rss rss;
@@ -327,7 +342,9 @@ int cmd_bench(int argc, char** argv) {
     if (p > 0) pp_tps.push_back(p / run_pp());
     if (n > 0) {
       const model::ExpertStats before = store ? store->stats() : model::ExpertStats{};
+      const std::vector<dist::RankStats> r0 = dist::stats(*m);
       tg_tps.push_back(n / run_tg(n));
+      add_rank_delta(ranks, dist::stats(*m), r0);
       if (store) add_delta(es_sum, before, store->stats());
     }
     for (int k = 0; par && k < 2; ++k) {  // the order alternates between repetitions
@@ -357,6 +374,7 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   probe.reset();
+  if (ranks.empty()) ranks = dist::stats(*m);
 
   json prof_pp, prof_tg;
   if (profile) {
@@ -414,6 +432,7 @@ int cmd_bench(int argc, char** argv) {
     j["rss_bytes"] = rss.current, j["rss_peak_bytes"] = rss.peak;
     j["rss_anon_bytes"] = rss.anon, j["rss_file_bytes"] = rss.file;
     j["state_bytes"] = st_bytes;
+    j["ranks"] = cli::ranks_json(ranks, {});
     j["load_s"] = load_s, j["prefault_s"] = prefault_s;
     if (par)
       j["tg_parallel"] = {{"sequences", parallel},
@@ -447,6 +466,13 @@ int cmd_bench(int argc, char** argv) {
                 gbps, probe_bytes >> 20, pool.size(), membw, membw_best, roofline);
   std::printf("RSS: %.1f MB current, %.1f MB peak (file-backed %.1f MB, anonymous %.1f MB; state %.2f MB)\n",
               rss.current / 1e6, rss.peak / 1e6, rss.file / 1e6, rss.anon / 1e6, st_bytes / 1e6);
+  if (dist::active())
+    for (const dist::RankStats& r : ranks)
+      std::printf("rank %d (%s): weights %.2f MB, RSS %.1f MB (file-backed %.1f MB); per generated token %.1f "
+                  "messages, %.1f KB received, %.3f ms communicating\n",
+                  r.rank, r.host.c_str(), r.weight_bytes / 1e6, r.rss_bytes / 1e6, r.rss_file_bytes / 1e6,
+                  r.messages_per_token(),
+                  r.tokens ? r.bytes / 1e3 / r.tokens : 0.0, r.tokens ? 1e3 * r.comm_seconds / r.tokens : 0.0);
   if (store && n > 0) {
     const json e = expert_report(es_sum, store->stats(), double(n) * reps);
     std::printf("experts per generated token: %.1f hits, %.1f misses (hit rate %.1f%%), %.2f MB read at %.2f GB/s "

@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
+#include "dist/dist.h"
 #include "server/engine.h"
 #include "server/snapshot_points.h"
 #include "server/text_stream.h"
@@ -93,6 +94,8 @@ static int cmd_chat(int argc, char** argv) {
   app.add_option("--min-p", sp.min_p, "min-p (0: off)")->capture_default_str();
   app.add_option("--seed", seed, "sampling seed (default: random)");
   app.add_option("--f16-rule", f16_rule, "amx | round (default: from the CPU)");
+  int pp = 1;
+  cli::add_pp_flag(app, pp);
   app.add_flag("--show-prompt", show_prompt, "print each rendered prompt (debugging)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
@@ -115,7 +118,15 @@ static int cmd_chat(int argc, char** argv) {
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   if (model_path.empty()) model_path = cli::builtin_model_path();
-  auto m = model::Model::load(model_path);
+  auto m = dist::load(model_path, pp);
+  const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
+  auto store = cli::make_expert_store(*m, stream, false, model::state_bytes(m->hparams(), ctx));
+  if (!dist::leader()) {
+    ThreadPool pool(cli::pick_threads(threads));
+    model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
+    opt.experts = store.get();
+    return dist::follow(*m, opt);
+  }
   auto tok = tok::Tokenizer::from_metadata(m->meta());
   std::unique_ptr<jinja::Template> own;
   if (!template_file.empty()) own = std::make_unique<jinja::Template>(read_text_file(template_file), template_file);
@@ -133,11 +144,10 @@ static int cmd_chat(int argc, char** argv) {
 
   server::EngineOptions eo;
   eo.parallel = 1;
-  eo.n_ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
+  eo.n_ctx = ctx;
   eo.threads = cli::pick_threads(threads);
   eo.queue = 1;
   eo.f16_rule = cli::parse_f16_rule(f16_rule);
-  auto store = cli::make_expert_store(*m, stream, false, model::state_bytes(m->hparams(), eo.n_ctx));
   eo.experts = store.get();
   std::unique_ptr<cache::PrefixCache> pc;
   {

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "model/trace.h"
 
@@ -17,7 +18,7 @@ static int cmd_logits(int argc, char** argv) {
   CLI::App app{"Print the logits of every position of --ids as JSON: {\"n_vocab\":V,\"rows\":[{\"pos\":i,\"logits\":[...]}]}.",
                "k3 logits"};
   std::string model_path, ids_str, out, mode = "batch", dump, f16_rule;
-  int threads = 0, chunk = 0;
+  int threads = 0, chunk = 0, pp = 1;
   int64_t n_ctx = 0;
   app.add_option("-m,--model", model_path, "GGUF model")->required();
   app.add_option("--ids", ids_str, "comma-separated token ids")->required();
@@ -31,20 +32,23 @@ static int cmd_logits(int argc, char** argv) {
   app.add_option("--f16-rule", f16_rule, "amx | round: how F16 matrices round activations (default: from the CPU)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::add_pp_flag(app, pp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   const std::vector<int32_t> ids = cli::parse_ids(ids_str);
-  auto m = model::Model::load(model_path);
+  auto m = dist::load(model_path, pp);
   const int64_t ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(ids.size());
   auto store = cli::make_expert_store(*m, stream, true, model::state_bytes(m->hparams(), ctx));
   ThreadPool pool(cli::pick_threads(threads));
+  model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
+  opt.experts = store.get();
+  if (!dist::leader()) return dist::follow(*m, opt);
   std::unique_ptr<model::DumpTrace> trace;
   if (!dump.empty()) trace = std::make_unique<model::DumpTrace>(dump);
-  model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), trace.get()};
-  opt.experts = store.get();
+  opt.trace = trace.get();
   model::State st = m->new_state(ctx);
 
   const int64_t n = static_cast<int64_t>(ids.size());

@@ -4,8 +4,10 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "cli/model_cli.h"
 #include "cli/text_cli.h"
 #include "common/error.h"
+#include "dist/dist.h"
 #include "quantize/perplexity.h"
 
 using namespace k3;
@@ -25,12 +27,19 @@ int cmd_perplexity(int argc, char** argv) {
   app.add_option("--kl-base", kl_base, "compare with the KL base file of a reference model");
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_flag("-q,--quiet", quiet, "no per-chunk progress");
+  cli::add_pp_flag(app, ct.pp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   ct.load("perplexity");
+  if (!dist::leader()) {
+    ThreadPool pool(ct.o.threads);
+    model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
+    opt.experts = ct.o.experts;
+    return dist::follow(*ct.model, opt);
+  }
   const quant::PplOptions& o = ct.o;
   const model::Model& m = *ct.model;
 

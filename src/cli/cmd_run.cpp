@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -29,7 +30,7 @@ static int cmd_run(int argc, char** argv) {
   CLI::App app{"Generate text with a Kimi-K3 model. Without -m, the built-in synthetic model (random weights).",
                "k3 run"};
   std::string model_path, prompt, ids_str, f16_rule;
-  int n_predict = 64, threads = 0;
+  int n_predict = 64, threads = 0, pp = 1;
   int64_t n_ctx = 0, n_batch = 512;
   model::SamplerParams sp;
   sp.temp = 0.8f, sp.top_k = 40, sp.top_p = 0.95f, sp.min_p = 0.05f;
@@ -65,6 +66,7 @@ static int cmd_run(int argc, char** argv) {
                  "file for the state after the prompt: saved, and reused when a later prompt starts the same way");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::add_pp_flag(app, pp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,7 +77,13 @@ static int cmd_run(int argc, char** argv) {
 
   const auto t_load = Clock::now();
   if (model_path.empty()) model_path = cli::builtin_model_path();
-  auto m = model::Model::load(model_path);
+  auto m = dist::load(model_path, pp);
+  const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
+  auto store = cli::make_expert_store(*m, stream, json, model::state_bytes(m->hparams(), ctx));
+  ThreadPool pool(cli::pick_threads(threads));
+  model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
+  opt.experts = store.get();
+  if (!dist::leader()) return dist::follow(*m, opt);
   std::unique_ptr<tok::Tokenizer> tok;
   try {
     tok = tok::Tokenizer::from_metadata(m->meta());
@@ -109,19 +117,14 @@ static int cmd_run(int argc, char** argv) {
     }
   }
   if (prompt_ids.empty()) fail("the prompt is empty");
-  const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
   if (static_cast<int64_t>(prompt_ids.size()) > ctx)
     fail("the prompt has %zu tokens, more than the context size %lld (use -c to raise it)", prompt_ids.size(),
          static_cast<long long>(ctx));
-  auto store = cli::make_expert_store(*m, stream, json, model::state_bytes(m->hparams(), ctx));
   const double load_ms = ms_since(t_load);
 
   const uint32_t eos_key = m->meta().get_u32_or("tokenizer.ggml.eos_token_id", UINT32_MAX);
   auto is_eog = [&](int32_t id) { return tok ? tok->is_eog(id) : static_cast<uint32_t>(id) == eos_key; };
 
-  ThreadPool pool(cli::pick_threads(threads));
-  model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
-  opt.experts = store.get();
   model::State st = m->new_state(ctx);
   model::Sampler sampler(sp);
   std::unique_ptr<tok::StreamDecoder> dec;
@@ -161,6 +164,7 @@ static int cmd_run(int argc, char** argv) {
 
   std::vector<int32_t> out_ids;
   std::string text, stop = "length";
+  const std::vector<dist::RankStats> ranks0 = json ? dist::stats(*m) : std::vector<dist::RankStats>{};
   const auto t_gen = Clock::now();
   for (int i = 0; i < n_predict; ++i) {
     const int32_t id = sampler.sample(logits.data(), m->n_vocab());
@@ -189,6 +193,7 @@ static int cmd_run(int argc, char** argv) {
     if (!json) std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
   const double gen_ms = ms_since(t_gen);
+  const std::vector<dist::RankStats> ranks1 = json ? dist::stats(*m) : std::vector<dist::RankStats>{};
   const double n_gen = static_cast<double>(out_ids.size());
   const double prompt_tps = prompt_ids.size() / (prompt_ms / 1000.0);
   // generation speed counts the forward passes of generated tokens (the first one came from the prompt pass)
@@ -206,6 +211,7 @@ static int cmd_run(int argc, char** argv) {
                     {"prompt_ms", prompt_ms},      {"prompt_tokens_per_s", prompt_tps},
                     {"gen_tokens", out_ids.size()}, {"gen_ms", gen_ms},
                     {"gen_tokens_per_s", gen_tps}, {"threads", pool.size()}};
+    j["ranks"] = cli::ranks_json(ranks1, ranks0);  // counters over the generation
     if (store) {
       const model::ExpertStats es = store->stats();
       j["experts"] = {{"hits", es.hits},           {"misses", es.misses},       {"hit_rate", es.hit_rate()},

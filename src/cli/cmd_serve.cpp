@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
+#include "dist/dist.h"
 #include "server/server.h"
 
 using namespace k3;
@@ -21,7 +22,7 @@ static int cmd_serve(int argc, char** argv) {
                "/completion, /v1/models, /health, /metrics, /tokenize, /detokenize).",
                "k3 serve"};
   server::ServerOptions o;
-  int http_threads = 0;
+  int http_threads = 0, pp = 1;
   double max_body_mb = 8, max_inflight_mb = 0;
   app.add_option("-m,--model", o.model_path, "GGUF model")->required();
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
@@ -76,6 +77,7 @@ static int cmd_serve(int argc, char** argv) {
                "TESTS ONLY: accept the k3_canned request field, which makes the model emit given text or ids");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::add_pp_flag(app, pp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,6 +89,16 @@ static int cmd_serve(int argc, char** argv) {
   if (o.cache_snapshot_every < 0) fail("--cache-snapshot-every must be >= 0");
   if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
     fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
+  if (!dist::leader()) {  // under mpirun: the leader serves, this process runs its passes
+    auto m = dist::load(o.model_path, pp);
+    const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
+    auto store = cli::make_expert_store(*m, stream, false, o.parallel * model::state_bytes(m->hparams(), n_ctx));
+    ThreadPool pool(cli::pick_threads(o.threads));
+    model::RunOptions opt{&pool, cli::parse_f16_rule(o.f16_rule), nullptr};
+    opt.experts = store.get();
+    return dist::follow(*m, opt);
+  }
+  o.load_model = [pp](const std::string& path) { return dist::load(path, pp); };
   o.make_experts = [stream](const model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
   };

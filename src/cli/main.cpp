@@ -2,9 +2,11 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "dist/dist.h"
 
 namespace k3::cli {
 std::vector<Command>& registry() {
@@ -20,23 +22,34 @@ static void usage() {
   for (const auto& c : cmds) std::printf("  %-12s %s\n", c.name, c.summary);
 }
 
+// The commands that run under mpirun as one model across the processes (dist/dist.h).
+static bool runs_distributed(const char* name) {
+  for (const char* c : {"run", "logits", "bench", "perplexity", "serve", "chat"})
+    if (!std::strcmp(c, name)) return true;
+  return false;
+}
+
 int main(int argc, char** argv) {
+  k3::dist::init(argc, argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    usage();
-    return argc < 2 ? 1 : 0;
+    if (k3::dist::leader()) usage();
+    return k3::dist::finish(argc < 2 ? 1 : 0, "", "");
   }
   for (const auto& c : k3::cli::registry()) {
     if (std::strcmp(c.name, argv[1]) != 0) continue;
+    int status = 1;
+    std::string error;
     try {
-      return c.fn(argc - 1, argv + 1);
-    } catch (const k3::Error& e) {
-      std::fprintf(stderr, "k3 %s: error: %s\n", c.name, e.what());
-      return 1;
+      if (k3::dist::active() && !runs_distributed(c.name))
+        k3::fail("k3 %s runs as one process: start it without mpirun (under mpirun: run, logits, bench, perplexity, "
+                 "serve, chat)",
+                 c.name);
+      status = c.fn(argc - 1, argv + 1);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "k3 %s: error: %s\n", c.name, e.what());
-      return 1;
+      error = e.what();
     }
+    return k3::dist::finish(status, c.name, error);
   }
-  std::fprintf(stderr, "k3: unknown command '%s' (see k3 --help)\n", argv[1]);
-  return 2;
+  if (k3::dist::leader()) std::fprintf(stderr, "k3: unknown command '%s' (see k3 --help)\n", argv[1]);
+  return k3::dist::finish(2, "", "");
 }

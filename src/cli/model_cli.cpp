@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "dist/dist.h"
 #include "model/synthetic.h"
 #include "tensor/threadpool.h"
 
@@ -50,6 +51,10 @@ std::string builtin_model_path() {
   else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/k3";
   else fail("cannot find a cache directory for the built-in model (set XDG_CACHE_HOME or HOME, or pass -m)");
   const std::string path = dir + "/synthetic-tiny-v1.gguf";
+  if (!dist::leader()) {
+    dist::sync();  // the leader writes it
+    return path;
+  }
   std::fprintf(stderr,
                "k3: no model given (-m); using the built-in synthetic model %s.\n"
                "k3: its weights are RANDOM, so the text it writes is meaningless.\n",
@@ -63,6 +68,7 @@ std::string builtin_model_path() {
     o.name = "k3-builtin-tiny";
     model::write_synthetic(path, o);
   }
+  dist::sync();
   return path;
 }
 
@@ -80,6 +86,36 @@ std::string place_images(const std::string& text, const std::vector<std::shared_
   for (size_t at; (at = text.find(kPlaceholder, from)) != std::string::npos; from = at + kPlaceholder.size())
     out += text.substr(from, at - from) + images[i++]->prompt();
   return out + text.substr(from);
+}
+
+void add_pp_flag(CLI::App& app, int& pp) {
+  app.add_option("--pp", pp,
+                 "pipeline stages under mpirun: the processes are split into this many stages of layers, each a "
+                 "tensor-parallel group (docs/multinode.md)")
+      ->capture_default_str();
+}
+
+nlohmann::json ranks_json(const std::vector<dist::RankStats>& now, const std::vector<dist::RankStats>& before) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < now.size(); ++i) {
+    dist::RankStats r = now[i];
+    if (i < before.size()) {
+      r.comm_seconds -= before[i].comm_seconds;
+      r.messages -= before[i].messages, r.bytes -= before[i].bytes, r.tokens -= before[i].tokens;
+    }
+    out.push_back({{"rank", r.rank},
+                   {"host", r.host},
+                   {"weight_bytes", r.weight_bytes},
+                   {"rss_bytes", r.rss_bytes},
+                   {"rss_file_bytes", r.rss_file_bytes},
+                   {"comm_seconds", r.comm_seconds},
+                   {"messages", r.messages},
+                   {"bytes_received", r.bytes},
+                   {"tokens", r.tokens},
+                   {"messages_per_token", r.messages_per_token()},
+                   {"bytes_per_token", r.tokens ? double(r.bytes) / double(r.tokens) : 0.0}});
+  }
+  return out;
 }
 
 void add_stream_flags(CLI::App& app, StreamFlags& f) {
@@ -107,13 +143,14 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
     if (!f.trace.empty()) fail("--routing-trace streams experts; it cannot go with --expert-cache off");
     stream = false;
   } else if (!stream) {
-    const uint64_t file = model::file_bytes(m), avail = available_memory();
-    stream = model::auto_stream(file, model::expert_stack_bytes(m), state_bytes, avail);
-    if (stream)
+    // what this process maps, in its share of the machine's memory (several processes on it)
+    const uint64_t mapped = m.weight_bytes(), avail = available_memory() / dist::host_processes();
+    stream = model::auto_stream(mapped, model::expert_stack_bytes(m), state_bytes, avail);
+    if (stream && dist::leader())
       std::fprintf(stderr,
                    "k3: the model (%.2f GB) does not fit in the memory available to this process (%.2f GB, cgroup "
                    "limit included): streaming routed experts (--expert-cache auto; --expert-cache off maps them)\n",
-                   file / 1e9, avail / 1e9);
+                   mapped / 1e9, avail / 1e9);
   }
   if (!stream) {
     if (!f.warmup.empty() || f.pin > 0) fail("--warmup and --pin-hot need --expert-cache");
@@ -129,17 +166,17 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
       fail("--expert-cache: %s", e.what());
     }
   } else {
-    o.budget_bytes = std::max<uint64_t>(1, model::auto_expert_budget(m, state_bytes));
+    o.budget_bytes = std::max<uint64_t>(1, model::auto_expert_budget(m, state_bytes, dist::host_processes()));
   }
   o.policy = f.policy;
   o.prefetch = !f.no_prefetch;
   o.io_threads = f.io_threads;
   o.io_uring = !f.no_uring;
   o.trace_path = f.trace;
-  o.quiet = quiet;
+  o.quiet = quiet || !dist::leader();
   auto store = std::make_unique<model::ExpertStore>(m, o);
   const model::ExpertStats s = store->stats();
-  if (!quiet)
+  if (!o.quiet)
     std::fprintf(stderr,
                  "k3: streaming experts: cache %.1f MiB = %lld experts of %.2f MiB, %s %s reads, policy %s, "
                  "prefetch %s\n",

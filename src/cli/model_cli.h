@@ -3,9 +3,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "dist/dist.h"
 #include "model/expert_store.h"
 #include "model/ops.h"
 #include "vision/encoder.h"
@@ -23,8 +25,14 @@ int pick_threads(int flag);
 // --f16-rule flag value ("" = default from the CPU / K3_F16_RULE).
 model::F16Rule parse_f16_rule(const std::string& s);
 // Path of the built-in synthetic model ($XDG_CACHE_HOME/k3 or ~/.cache/k3), written on first use
-// with a notice on stderr.
+// with a notice on stderr (under mpirun by the leader, the others waiting).
 std::string builtin_model_path();
+// --pp K: pipeline stages when started by mpirun (docs/multinode.md).
+void add_pp_flag(CLI::App& app, int& pp);
+// The "ranks" array of --json: per process {"rank","host","weight_bytes","rss_bytes","comm_seconds",
+// "messages_per_token", ...} (one entry without mpirun); the counters over the span since `before`
+// (dist::stats, which every process must call: the leader asks the others).
+nlohmann::json ranks_json(const std::vector<dist::RankStats>& now, const std::vector<dist::RankStats>& before);
 
 // The prompt text with the image prompts of vision.md §7 in place: one per
 // <|kimi_image_placeholder|> of `text` in order (their count must match), else all in front.

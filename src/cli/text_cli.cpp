@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "common/error.h"
+#include "dist/dist.h"
 #include "tensor/threadpool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,14 +25,15 @@ void ChunkedText::add_options(CLI::App& app, const char* text_help, const char* 
 
 void ChunkedText::load(const char* what) {
   o.threads = threads > 0 ? threads : ThreadPool::hardware_threads();
-  std::ifstream f(text_path, std::ios::binary);
-  if (!f) fail("cannot read '%s'", text_path.c_str());
-  const std::string text(std::istreambuf_iterator<char>(f), {});
-  model = model::Model::load(model_path);
+  model = dist::load(model_path, pp);
   if (stream_) {
     experts = make_expert_store(*model, stream_flags_, false, model::state_bytes(model->hparams(), o.n_ctx));
     o.experts = experts.get();
   }
+  if (!dist::leader()) return;
+  std::ifstream f(text_path, std::ios::binary);
+  if (!f) fail("cannot read '%s'", text_path.c_str());
+  const std::string text(std::istreambuf_iterator<char>(f), {});
   tokens = tok::Tokenizer::from_metadata(model->meta())->encode(text, false);
   n_chunks = quant::count_chunks(static_cast<int64_t>(tokens.size()), o);
   std::fprintf(stderr, "%s: %zu tokens, %lld chunks of %lld\n", what, tokens.size(), static_cast<long long>(n_chunks),

@@ -16,6 +16,7 @@ struct ChunkedText {
   std::string model_path, text_path;
   quant::PplOptions o;
   int threads = 0;
+  int pp = 1;  // pipeline stages under mpirun (k3 perplexity --pp)
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::ExpertStore> experts;  // set in o.experts when streaming
   std::vector<int32_t> tokens;
@@ -27,7 +28,8 @@ struct ChunkedText {
                    bool stream = false);
   // After parsing: loads the model (and the expert store the flags or the memory ask for),
   // tokenizes the text with its tokenizer, counts the chunks and prints "<what>: N tokens, C
-  // chunks of c" on stderr.
+  // chunks of c" on stderr. Under mpirun the processes other than the leader only load their
+  // share of the model (dist/dist.h).
   void load(const char* what);
 
  private:

@@ -6,7 +6,8 @@
 
 namespace k3::model {
 
-// x: [T][H]. Ids must already be checked against the vocabulary.
+// x: [T][H]. Ids must already be checked against the vocabulary. Only the rows of the ids this
+// process holds (token_embd cut by vocabulary rows) are written.
 void embed(const Tensor& token_embd, const int32_t* ids, int64_t T, float* x);
 
 }  // namespace k3::model

@@ -49,7 +49,7 @@ uint64_t expert_stack_bytes(const Model& m) {
   uint64_t n = 0;
   for (const auto& l : m.weights().layers)
     for (const Tensor* t : {&l.gate_exps, &l.up_exps, &l.down_exps})
-      if (*t) n += t->info->nbytes;
+      if (*t) n += t->bytes();
   return n;
 }
 
@@ -61,9 +61,9 @@ uint64_t file_bytes(const Model& m) {
 
 uint64_t memory_reserve(uint64_t available) { return std::max<uint64_t>(256ull << 20, available / 10); }
 
-uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes) {
-  const uint64_t trunk = file_bytes(m) - expert_stack_bytes(m);
-  const uint64_t avail = available_memory();
+uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes, int sharing) {
+  const uint64_t trunk = m.weight_bytes() - expert_stack_bytes(m);
+  const uint64_t avail = available_memory() / static_cast<uint64_t>(std::max(1, sharing));
   const uint64_t need = trunk + state_bytes + memory_reserve(avail);
   return avail > need ? avail - need : 0;
 }
@@ -93,12 +93,13 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
       s.row_bytes = t.row_bytes();
       s.ne0 = t.ne[0], s.ne1 = t.ne[1], s.type = t.type;
       s.bytes = static_cast<uint64_t>(t.ne[1]) * s.row_bytes;
+      s.stride = t.mat_stride();
       // an unaligned slice spans at most one extra block
       seg_cap[p] = std::max(seg_cap[p], round_up(s.bytes, kIoAlign) + kIoAlign);
       // the stacks are never read through the mapping: no readahead into them, drop stray pages
       const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-      const uintptr_t a = round_up(reinterpret_cast<uintptr_t>(t.data), page);
-      const uintptr_t b = (reinterpret_cast<uintptr_t>(t.data) + t.info->nbytes) / page * page;
+      const uintptr_t a = round_up(reinterpret_cast<uintptr_t>(t.info->data), page);
+      const uintptr_t b = (reinterpret_cast<uintptr_t>(t.info->data) + t.info->nbytes) / page * page;
       if (b > a) {
         madvise(reinterpret_cast<void*>(a), b - a, MADV_RANDOM);
         madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
@@ -195,7 +196,7 @@ void ExpertStore::load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs
   size_t at = 0;
   for (int p = 0; p < 3; ++p) {
     const Segment& g = seg_[il][p];
-    const uint64_t off = g.offset + static_cast<uint64_t>(e) * g.bytes;
+    const uint64_t off = g.offset + static_cast<uint64_t>(e) * g.stride;
     const uint64_t start = off / kIoAlign * kIoAlign;
     sl.pad[p] = off - start;
     sl.seg_at[p] = at;
@@ -218,7 +219,7 @@ void ExpertStore::on_read(const ReadJob& j, const std::string& err) {
     const uint32_t il = static_cast<uint32_t>(sl.key / E_);
     const Segment& g = seg_[il][j.part];
     sl.error = strprintf("reading expert %d of tensor %s (file offset %llu, %llu bytes) failed: %s", sl.key % E_,
-                         g.info->name.c_str(), static_cast<unsigned long long>(g.offset + (sl.key % E_) * g.bytes),
+                         g.info->name.c_str(), static_cast<unsigned long long>(g.offset + (sl.key % E_) * g.stride),
                          static_cast<unsigned long long>(g.bytes), err.c_str());
   }
   if (--sl.parts_left > 0) return;
@@ -231,6 +232,8 @@ void ExpertStore::predict(uint32_t il, const float* x, int64_t T) {
   const HParams& hp = m_.hparams();
   const LayerWeights& lw = m_.weights().layers[il];
   const int64_t H = hp.n_embd, k = hp.n_expert_used[il];
+  // The whole router from the file, also where this process holds a share of it: a hint needs
+  // no exchange with the others.
   const Tensor& R = lw.gate_inp;  // any type (registry: TypeRule::Router)
   const size_t r_row = row_size(R.type, H);
   const float* bias = lw.exp_probs_b.f32();
@@ -242,7 +245,7 @@ void ExpertStore::predict(uint32_t il, const float* x, int64_t T) {
   guess_.clear();
   for (int64_t t = std::max<int64_t>(0, T - 8); t < T; ++t) {  // a long batch uses nearly every expert anyway
     const void* xt = quantize_activation(R.type, x + t * H, H, pred_xq_);
-    for (int32_t e = 0; e < E_; ++e) dot(H, &p[e], static_cast<const uint8_t*>(R.data) + e * r_row, xt);
+    for (int32_t e = 0; e < E_; ++e) dot(H, &p[e], R.info->data + e * r_row, xt);
     if (hp.gating == Gating::Sigmoid)
       for (float& v : p) v = ops::sigmoid(v);
     else

@@ -58,16 +58,17 @@ uint64_t parse_size(const std::string& s);
 // Room left for the OS and scratch when sizing from available memory: 256 MiB or 10 %, whichever
 // is larger (a 1 GiB group running a 2 GB model peaked at trunk + cache + 100 MiB).
 uint64_t memory_reserve(uint64_t available);
-// Cache budget from available_memory() (common/sysmem.h): minus the non-expert part of the file
-// (the trunk), the state and memory_reserve().
-uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes);
-// Whether to stream the routed experts when the user did not choose: mapping the whole file
-// (file_bytes, of which expert_bytes are expert stacks) plus the state and memory_reserve() would
+// Cache budget from available_memory() (common/sysmem.h): minus the non-expert weights this
+// process holds (the trunk), the state and memory_reserve(). With `sharing` processes on the
+// machine (a multi-process run), each sizes from an equal share of the memory.
+uint64_t auto_expert_budget(const Model& m, uint64_t state_bytes, int sharing = 1);
+// Whether to stream the routed experts when the user did not choose: mapping the weights
+// (mapped_bytes, of which expert_bytes are expert stacks) plus the state and memory_reserve() would
 // exceed `available`, and there are experts to stream.
-bool auto_stream(uint64_t file_bytes, uint64_t expert_bytes, uint64_t state_bytes, uint64_t available);
+bool auto_stream(uint64_t mapped_bytes, uint64_t expert_bytes, uint64_t state_bytes, uint64_t available);
 // Bytes of the model's files.
 uint64_t file_bytes(const Model& m);
-// Bytes of the routed expert stacks in the model's files.
+// Bytes of the routed expert stacks this process holds (all of them alone).
 uint64_t expert_stack_bytes(const Model& m);
 
 class ExpertStore : public ExpertSource {
@@ -94,8 +95,9 @@ class ExpertStore : public ExpertSource {
   struct Segment {  // one of gate / up / down of an expert
     const gguf::TensorInfo* info = nullptr;
     uint32_t file = 0;
-    uint64_t offset = 0;  // file offset of expert 0
+    uint64_t offset = 0;  // file offset of expert 0 (of its rows this process holds)
     uint64_t bytes = 0;   // per expert
+    uint64_t stride = 0;  // file bytes from one expert to the next
     size_t row_bytes = 0;
     int64_t ne0 = 0, ne1 = 0;
     GgmlType type = GgmlType::F32;

@@ -4,20 +4,26 @@
 
 namespace k3::model {
 
-void situ_mlp(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor& up, const Tensor& down,
-              const float* x, int64_t T, float* out) {
+void situ_hidden(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor& up, const float* x, int64_t T,
+                 float* a) {
   const int64_t F = gate.ne[1];
-  thread_local std::vector<float> a, b;  // scratch (ops.h); no lambda here
-  scratch_zeros(a, T * F), scratch_zeros(b, T * F);
-  linear(ctx, gate, x, T, a.data());
+  thread_local std::vector<float> b;  // scratch (ops.h); no lambda here
+  scratch_zeros(b, T * F);
+  linear(ctx, gate, x, T, a);
   linear(ctx, up, x, T, b.data());
-  situ.apply(a.data(), b.data(), T * F);
-  linear(ctx, down, a.data(), T, out);
+  situ.apply(a, b.data(), T * F);
 }
 
 void ffn_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t, const float* x, int64_t T,
                  float* out) {
-  situ_mlp(ctx, ops::Situ(hp.situ_beta, hp.situ_linear_beta), w.ffn_gate, w.ffn_up, w.ffn_down, x, T, out);
+  // F of the F_all hidden rows and H_out of the H outputs are this process's (all of them alone).
+  const int64_t F = w.ffn_gate.ne[1], F_all = w.ffn_down.ne[0], H = hp.n_embd, H_out = w.ffn_down.ne[1];
+  thread_local std::vector<float> a;
+  scratch_zeros(a, T * F_all);
+  situ_hidden(ctx, ops::Situ(hp.situ_beta, hp.situ_linear_beta), w.ffn_gate, w.ffn_up, x, T, a.data());
+  gather(ctx, {{a.data(), F, F_all}}, T);
+  linear(ctx, w.ffn_down, a.data(), T, out);
+  gather(ctx, {{out, H_out, H}}, T);
 }
 
 }  // namespace k3::model

@@ -1,5 +1,5 @@
-// Dense situ FFN (model.md §6.5): f = W_down situ(W_gate x, W_up x). The same MLP serves the
-// shared experts of the MoE layers (§6.6 step 11).
+// Dense situ FFN (model.md §6.5): f = W_down situ(W_gate x, W_up x). Its hidden layer also serves
+// the shared experts of the MoE layers (§6.6 step 11).
 #pragma once
 #include <cstdint>
 
@@ -9,9 +9,9 @@
 
 namespace k3::model {
 
-// x: [T][ne0 of gate] -> out: [T][ne1 of down].
-void situ_mlp(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor& up, const Tensor& down,
-              const float* x, int64_t T, float* out);
+// a[T][F] = situ(W_gate x, W_up x) over the F rows of gate and up this process holds; x: [T][ne0].
+void situ_hidden(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tensor& up, const float* x, int64_t T,
+                 float* a);
 
 // Layer il's dense FFN; x, out: [T][H].
 void ffn_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, const float* x, int64_t T,

@@ -46,7 +46,9 @@ void l2n(float* x, int64_t n, float eps) {
 void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
                  const float* x, float* out) {
   const int64_t T = batch_rows(segs), n_seg = static_cast<int64_t>(segs.size());
-  const int64_t H = hp.n_embd, nh = hp.n_head[il], d = hp.kda_head_dim, D = nh * d, K = hp.ssm_d_conv;
+  // This process's heads (all of them alone): nh heads, D of the D_all channels; H_out of the H outputs.
+  const int64_t nh = w.ssm_a.ne[0], d = hp.kda_head_dim, D = nh * d, D_all = w.wo.ne[0], K = hp.ssm_d_conv;
+  const int64_t H = hp.n_embd, H_out = w.wo.ne[1];
   const float eps = hp.rms_eps;
   auto trace = [&](const char* name, const float* v, int64_t n) {
     if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
@@ -61,9 +63,8 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
                      &gate = tls.gate, &g = tls.g, &o = tls.o;
   scratch_zeros(proj, 3 * T * D), scratch_zeros(q, T * D), scratch_zeros(k, T * D), scratch_zeros(v, T * D);
   scratch_zeros(fa, T * d), scratch_zeros(beta, T * nh), scratch_zeros(gate, T * D);
-  const LinearJob jobs[] = {{w.wq.mat(), x, &proj[0]},         {w.wk.mat(), x, &proj[T * D]},
-                            {w.wv.mat(), x, &proj[2 * T * D]}, {w.f_a.mat(), x, fa.data()},
-                            {w.beta.mat(), x, beta.data()},    {w.ssm_g.mat(), x, gate.data()}};
+  const LinearJob jobs[] = {{w.wq, x, &proj[0]},         {w.wk, x, &proj[T * D]}, {w.wv, x, &proj[2 * T * D]},
+                            {w.f_a, x, fa.data()},        {w.beta, x, beta.data()}, {w.ssm_g, x, gate.data()}};
   linear_batch(ctx, jobs, 6, T);
   const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
   float* dst[3] = {q.data(), k.data(), v.data()};
@@ -106,7 +107,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     }
 
   // 6. recurrence, per (segment, head), tokens in order. S row j (value channel) holds S[i][j] over i.
-  scratch_zeros(o, T * D);
+  scratch_zeros(o, T * D_all);  // [T][D] here, all heads after the gather
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   const VecMath& vm = vecmath();
   par_for(ctx, n_seg * nh, (T + n_seg - 1) / n_seg * d * d * 4, [&](int64_t i0, int64_t i1) {
@@ -139,9 +140,10 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     }
   trace("kda_gated", o.data(), D);
 
-  // 8. output projection
+  // 8. output projection over every head
+  gather(ctx, {{o.data(), D, D_all, d}}, T);
   linear(ctx, w.wo, o.data(), T, out);
-  (void)H;
+  gather(ctx, {{out, H_out, H}}, T);
 }
 
 }  // namespace k3::model

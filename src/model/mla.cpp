@@ -16,8 +16,10 @@ thread_local std::vector<float> t_scores;  // per pool thread: one attention wor
 void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
                  const float* x, float* out) {
   const int64_t T = batch_rows(segs);
-  const int64_t nh = hp.n_head[il], r_kv = hp.kv_lora_rank, d_pe = hp.n_rot, d_qk = hp.n_embd_head_k_mla;
+  // This process's nh heads (all of them alone), H_out of the H outputs.
+  const int64_t nh = w.k_b.ne[2], r_kv = hp.kv_lora_rank, d_pe = hp.n_rot, d_qk = hp.n_embd_head_k_mla;
   const int64_t d_nope = hp.d_nope(), d_v = hp.n_embd_head_v_mla, row = hp.mla_row();
+  const int64_t H = hp.n_embd, H_out = w.wo.ne[1], o_all = w.wo.ne[0];
   const float eps = hp.rms_eps;
   auto trace = [&](const char* name, const float* v, int64_t n) {
     if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
@@ -75,7 +77,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     for (int64_t h = 0; h < nh; ++h) {
       for (int64_t t = 0; t < T; ++t)
         for (int64_t i = 0; i < d_nope; ++i) qn[(h * T + t) * d_nope + i] = q[t * nh * d_qk + h * d_qk + i];
-      jobs[h] = {w.k_b.mat(h), &qn[h * T * d_nope], &qt[h * T * r_kv]};
+      jobs[h] = {w.k_b.mat(h), &qn[h * T * d_nope], &qt[h * T * r_kv], w.k_b.whole_rows()};
     }
     linear_batch(ctx, jobs.data(), jobs.size(), T);  // all heads in one region for a single token
     for (int64_t h = 0; h < nh; ++h)
@@ -135,11 +137,11 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   });
 
   // 6b. value up-projection per head, heads concatenated: o [T][nh*d_v]
-  scratch_zeros(o, T * nh * d_v);
+  scratch_zeros(o, T * o_all);  // room for every head's values (the gather below)
   {
     scratch_zeros(oh, nh * T * d_v);  // [nh][T][d_v]
     jobs.assign(nh, LinearJob{});
-    for (int64_t h = 0; h < nh; ++h) jobs[h] = {w.v_b.mat(h), &lat[h * T * r_kv], &oh[h * T * d_v]};
+    for (int64_t h = 0; h < nh; ++h) jobs[h] = {w.v_b.mat(h), &lat[h * T * r_kv], &oh[h * T * d_v], w.v_b.whole_rows()};
     linear_batch(ctx, jobs.data(), jobs.size(), T);
     for (int64_t h = 0; h < nh; ++h)
       for (int64_t t = 0; t < T; ++t)
@@ -152,11 +154,13 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     scratch_zeros(gate, T * nh * d_v);
     linear(ctx, w.attn_gate, x, T, gate.data());
     ops::sigmoid_n(gate.data(), static_cast<int64_t>(gate.size()));
-    for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * gate[i];
+    for (size_t i = 0; i < gate.size(); ++i) o[i] = o[i] * gate[i];
   }
 
-  // 8. output projection
+  // 8. output projection over every head
+  gather(ctx, {{o.data(), nh * d_v, o_all, d_v}}, T);
   linear(ctx, w.wo, o.data(), T, out);
+  gather(ctx, {{out, H_out, H}}, T);
 }
 
 }  // namespace k3::model

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
+#include "model/group.h"
 #include "model/hparams.h"
 #include "model/input_rows.h"
 #include "model/ops.h"
@@ -58,7 +59,9 @@ class SegmentError : public Error {
 class Model {
  public:
   // Opens, validates (keys, schedule, every tensor's presence, shape and type) and maps a GGUF.
-  static std::unique_ptr<Model> load(const std::string& path);
+  // With a group (several processes running the model together, group.h) only this process's
+  // share is bound and read (placement.h), and forward() works with the others.
+  static std::unique_ptr<Model> load(const std::string& path, Group* group = nullptr);
 
   const HParams& hparams() const { return hp_; }
   const Weights& weights() const { return w_; }
@@ -66,7 +69,10 @@ class Model {
   const gguf::Model& file() const { return file_; }
   int32_t n_vocab() const { return static_cast<int32_t>(hp_.n_vocab); }
 
-  State new_state(int64_t n_ctx) const { return State(hp_, n_ctx); }
+  State new_state(int64_t n_ctx) const { return State(hp_, w_, n_ctx, group_ ? group_->states() : nullptr); }
+  Group* group() const { return group_; }
+  LayerRange layers() const { return layers_; }  // the layers this process holds
+  uint64_t weight_bytes() const { return weight_bytes_; }  // bytes of the weights it holds
 
   // Runs every segment through every layer, updating each segment's state. Throws SegmentError
   // (the message names the segment when there are several) for an id outside the vocabulary or
@@ -83,9 +89,14 @@ class Model {
 
  private:
   Model() = default;
+  // One pipeline pass over the batch's rows, cut into micro-batches when there are later stages.
+  void run(std::span<const Segment> batch, std::span<const SegRows> segs, const RunOptions& opt) const;
   gguf::Model file_;
   HParams hp_;
   Weights w_;
+  Group* group_ = nullptr;
+  LayerRange layers_;
+  uint64_t weight_bytes_ = 0;
 };
 
 }  // namespace k3::model

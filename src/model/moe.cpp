@@ -47,17 +47,18 @@ class ExpertLayer {
 };
 
 // One token (decode): y[j] = down_j situ(gate_j z, up_j z) for the k selected experts, in two
-// parallel regions: the gate and up rows of all k experts (situ and the quantization of its output
-// applied per chunk of rows, on the thread that produced them), then the k down matrices. z is
-// quantized once. Same bits as the per-expert linear() path.
+// parallel regions: the gate and up rows of all k experts (situ applied per chunk of rows, on the
+// thread that produced them, and the quantization of its output too when this process holds every
+// row), then the k down matrices. z is quantized once. Same bits as the per-expert linear() path.
 void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
                        const int32_t* sel, int64_t k, const float* z, int64_t dl, float* y) {
-  const int64_t F = w.gate_exps.ne[1];
-  thread_local std::vector<float> ab;                   // [k][2][F]: gate then up outputs
+  const int64_t F = w.gate_exps.ne[1], F_all = w.down_exps.ne[0], dl_out = w.down_exps.ne[1];
+  thread_local std::vector<float> g, u;                  // [k][F_all] gate (then situ) outputs, [k][F] up
   thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z (per partner type), situ outputs
   thread_local std::vector<Matvec> mv;
   thread_local std::vector<ExpertMats> mats;  // all k resident before the regions start
-  ab.resize(static_cast<size_t>(k) * 2 * F);
+  g.resize(static_cast<size_t>(k) * F_all);
+  u.resize(static_cast<size_t>(k) * F);
   mv.clear();
   mats.resize(k);
   for (int64_t j = 0; j < k; ++j) mats[j] = src.mats(w, sel[j]);
@@ -67,7 +68,7 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
                        ? zg
                        : quantize_activation(first.up.type, z, dl, zq_up);
   const GgmlType at = kernels(first.down.type).vec_dot_type;
-  const size_t aq_row = row_size(at, F);
+  const size_t aq_row = row_size(at, F_all);
   aq.resize(static_cast<size_t>(k) * aq_row);
   for (int64_t j = 0; j < k; ++j) {
     const ExpertMats& m = mats[j];
@@ -75,25 +76,31 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
       ctx.observer->on_matmul(m.gate, z, 1);
       ctx.observer->on_matmul(m.up, z, 1);
     }
-    mv.push_back({m.gate, zg, &ab[(2 * j) * F]});
-    mv.push_back({m.up, zu, &ab[(2 * j + 1) * F]});
+    mv.push_back({m.gate, zg, &g[j * F]});
+    mv.push_back({m.up, zu, &u[j * F]});
   }
+  const bool whole = F == F_all;  // else the rows are quantized once gathered
   const int64_t align = type_info(at).block;
   const auto from_float = kernels(at).from_float;
   // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
-  float* const abp = ab.data();
+  float *const gp = g.data(), *const up = u.data();
   uint8_t* const aqp = aq.data();
   matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
-    float* a = abp + (2 * j) * F;
-    situ.apply(a + r0, a + F + r0, r1 - r0);
-    if (at != GgmlType::F32) from_float(a + r0, aqp + j * aq_row + row_size(at, r0), r1 - r0);
+    float* a = gp + j * F;
+    situ.apply(a + r0, up + j * F + r0, r1 - r0);
+    if (whole && at != GgmlType::F32) from_float(a + r0, aqp + j * aq_row + row_size(at, r0), r1 - r0);
   });
+  gather(ctx, {{gp, F, F_all}}, k);
+  if (!whole && at != GgmlType::F32)
+    par_for(ctx, k, F_all, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) from_float(gp + j * F_all, aqp + j * aq_row, F_all);
+    });
   mv.clear();
   for (int64_t j = 0; j < k; ++j) {
     const ExpertMats& m = mats[j];
-    const float* a = &ab[(2 * j) * F];
+    const float* a = &g[j * F_all];
     if (ctx.observer) ctx.observer->on_matmul(m.down, a, 1);
-    mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[j * aq_row], y + j * dl});
+    mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[j * aq_row], y + j * dl_out});
   }
   matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
   for (int64_t j = 0; j < k; ++j) src.done(sel[j]);
@@ -117,22 +124,45 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
   };
 
-  // 1-5. router, selection, weights  (sel/wt: [T][k] in selection order)
-  // Scratch (ops.h): kept per thread, named through references.
+  // sel/wt: [T][k] in selection order. Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
-    std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, sh;
+    std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, ash, sh;
     std::vector<int32_t> sel, idx, used;
     std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
   } tls;
   std::vector<float>&probs = tls.probs, &wt = tls.wt, &s = tls.s, &zbuf = tls.zbuf, &y = tls.y, &zin = tls.zin,
-                     &a = tls.a, &b = tls.b, &ye = tls.ye, &m = tls.m, &sh = tls.sh;
+                     &a = tls.a, &b = tls.b, &ye = tls.ye, &m = tls.m, &ash = tls.ash, &sh = tls.sh;
   std::vector<int32_t>&sel = tls.sel, &idx = tls.idx, &used = tls.used;
   std::vector<std::vector<int64_t>>& rows = tls.rows;
-  const int64_t F = w.gate_exps.ne[1];
+  // This process's rows (all of them alone): F of the F_all expert hidden rows, dl_out of the expert
+  // outputs (of d_lat), H_out of the H outputs.
+  const int64_t F = w.gate_exps.ne[1], F_all = w.down_exps.ne[0], dl_out = w.down_exps.ne[1];
+  const int64_t H_out = hp.latent() ? w.routed_up.ne[1] : dl_out;
   for (auto* v : {&zin, &ye}) release_if_oversized(*v, T * dl);  // the grouped path's, per expert
-  for (auto* v : {&a, &b}) release_if_oversized(*v, T * F);
+  for (auto* v : {&a, &b}) release_if_oversized(*v, T * F_all);
+
+  // 1, 6. the products of the layer input, gathered in one exchange: router logits, z = the input
+  // down to the latent (or the input itself), the shared experts' hidden layer
   scratch_zeros(probs, T * E);
   linear(ctx, w.gate_inp, x, T, probs.data());
+  Slice cut[3] = {{probs.data(), w.gate_inp.ne[1], E}};  // this process's rows of each
+  size_t n_cut = 1;
+  const float* z = x;
+  if (hp.latent()) {
+    scratch_zeros(zbuf, T * dl);
+    linear(ctx, w.routed_down, x, T, zbuf.data());
+    z = zbuf.data();
+    cut[n_cut++] = {zbuf.data(), w.routed_down.ne[1], dl};
+  }
+  if (w.gate_shexp) {
+    const int64_t sh_all = w.down_shexp.ne[0];
+    scratch_zeros(ash, T * sh_all);
+    situ_hidden(ctx, situ, w.gate_shexp, w.up_shexp, x, T, ash.data());
+    cut[n_cut++] = {ash.data(), w.gate_shexp.ne[1], sh_all};
+  }
+  gather(ctx, std::span<const Slice>(cut, n_cut), T);
+
+  // 2-5. gating, selection, weights
   if (hp.gating == Gating::Sigmoid)
     ops::sigmoid_n(probs.data(), T * E);
   else
@@ -165,16 +195,8 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   trace("ffn_moe_weights", wt.data(), k);
 
-  // 6. down to the latent (or the input itself)
-  const float* z = x;
-  if (hp.latent()) {
-    scratch_zeros(zbuf, T * dl);
-    linear(ctx, w.routed_down, x, T, zbuf.data());
-    z = zbuf.data();
-  }
-
-  // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl]
-  scratch_zeros(y, T * k * dl);
+  // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl_out]
+  scratch_zeros(y, T * k * dl_out);
   const bool one_token = T == 1 && fused_ok(ctx, w);
   used.clear();  // ascending expert ids
   if (one_token) {
@@ -191,54 +213,59 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   if (one_token) {
     experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
   } else {
+    const int64_t whole_rows = w.gate_exps.whole_rows();
     for (const int32_t e : used) {
       const auto& r = rows[e];
       const int64_t n = static_cast<int64_t>(r.size());
       zin.resize(n * dl);
-      a.resize(n * F);
+      a.resize(n * F_all);
       b.resize(n * F);
-      ye.resize(n * dl);
+      ye.resize(n * dl_out);
       for (int64_t m = 0; m < n; ++m) std::copy_n(z + (r[m] / k) * dl, dl, &zin[m * dl]);
       const ExpertMats me = src.mats(w, e);
-      linear(ctx, me.gate, zin.data(), n, a.data());
-      linear(ctx, me.up, zin.data(), n, b.data());
+      linear(ctx, me.gate, zin.data(), n, a.data(), whole_rows);
+      linear(ctx, me.up, zin.data(), n, b.data(), whole_rows);
       situ.apply(a.data(), b.data(), n * F);
-      linear(ctx, me.down, a.data(), n, ye.data());
+      gather(ctx, {{a.data(), F, F_all}}, n);
+      linear(ctx, me.down, a.data(), n, ye.data(), w.down_exps.whole_rows());
       src.done(e);
-      for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl], dl, &y[r[m] * dl]);
+      for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl_out], dl_out, &y[r[m] * dl_out]);
     }
   }
 
-  // 8. weighted combine, left to right in selection order
+  // 8. weighted combine, left to right in selection order (each process its rows)
   scratch_zeros(m, T * dl);
   for (int64_t t = 0; t < T; ++t) {
-    float* mt = &m[t * dl];
+    float* mt = &m[t * dl_out];
     for (int64_t j = 0; j < k; ++j) {
-      const float* ye = &y[(t * k + j) * dl];
+      const float* ye = &y[(t * k + j) * dl_out];
       const float wj = wt[t * k + j];
       if (j == 0)
-        for (int64_t i = 0; i < dl; ++i) mt[i] = ye[i] * wj;
+        for (int64_t i = 0; i < dl_out; ++i) mt[i] = ye[i] * wj;
       else
-        for (int64_t i = 0; i < dl; ++i) mt[i] = mt[i] + ye[i] * wj;
+        for (int64_t i = 0; i < dl_out; ++i) mt[i] = mt[i] + ye[i] * wj;
     }
   }
-  trace("ffn_moe_combined", m.data(), dl);
+  trace("ffn_moe_combined", m.data(), dl_out);
 
   // 9-10. latent norm, up-projection
-  if (w.routed_norm) ops::rmsnorm_rows(m.data(), w.routed_norm.f32(), m.data(), T, dl, hp.rms_eps);
-  if (hp.latent())
+  if (hp.latent()) {
+    gather(ctx, {{m.data(), dl_out, dl}}, T);
+    if (w.routed_norm) ops::rmsnorm_rows(m.data(), w.routed_norm.f32(), m.data(), T, dl, hp.rms_eps);
     linear(ctx, w.routed_up, m.data(), T, out);
-  else
-    std::copy(m.begin(), m.end(), out);
-  trace("ffn_moe_routed", out, H);
+  } else {
+    std::copy_n(m.begin(), T * dl_out, out);
+  }
+  trace("ffn_moe_routed", out, H_out);
 
   // 11-12. shared experts on the un-projected input
   if (w.gate_shexp) {
-    scratch_zeros(sh, T * H);
-    situ_mlp(ctx, situ, w.gate_shexp, w.up_shexp, w.down_shexp, x, T, sh.data());
-    trace("ffn_shexp", sh.data(), H);
-    for (int64_t i = 0; i < T * H; ++i) out[i] = out[i] + sh[i];
+    scratch_zeros(sh, T * H_out);
+    linear(ctx, w.down_shexp, ash.data(), T, sh.data());
+    trace("ffn_shexp", sh.data(), H_out);
+    for (int64_t i = 0; i < T * H_out; ++i) out[i] = out[i] + sh[i];
   }
+  gather(ctx, {{out, H_out, H}}, T);
 }
 
 }  // namespace k3::model

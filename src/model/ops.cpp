@@ -49,10 +49,16 @@ static void linear_f16_as_f32(Ctx& ctx, const WeightView& w, const float* x, int
   });
 }
 
-void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
+void gather(Ctx& ctx, std::span<const Slice> parts, int64_t T) {
+  if (ctx.group) return ctx.group->gather(parts, T);
+  for (const Slice& s : parts) K3_ASSERT(s.local == s.full);
+}
+
+void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y, int64_t whole_rows) {
   if (T <= 0) return;
   if (ctx.observer) ctx.observer->on_matmul(w, x, T);
-  if (w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx && w.ne1 % 32 == 0 && w.ne0 % 16 == 0) {
+  const int64_t rows = whole_rows > 0 ? whole_rows : w.ne1;
+  if (w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx && rows % 32 == 0 && w.ne0 % 16 == 0) {
     linear_f16_as_f32(ctx, w, x, T, y);
     return;
   }
@@ -64,7 +70,7 @@ void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T) {
   for (size_t i = 0; i < n; ++i)
     if (jobs[i].w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx) fused = false;
   if (!fused) {
-    for (size_t i = 0; i < n; ++i) linear(ctx, jobs[i].w, jobs[i].x, T, jobs[i].y);
+    for (size_t i = 0; i < n; ++i) linear(ctx, jobs[i].w, jobs[i].x, T, jobs[i].y, jobs[i].whole_rows);
     return;
   }
   // Quantized inputs, reused by later jobs with the same input and partner format.

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "model/group.h"
 #include "model/weights.h"
 #include "tensor/scratch.h"
 #include "tensor/threadpool.h"
@@ -45,15 +47,27 @@ struct Ctx {
   Trace* trace = nullptr;
   MatmulObserver* observer = nullptr;
   ExpertSource* experts = nullptr;  // null: routed experts from the mapping (expert_source.h)
+  Group* group = nullptr;           // the other processes of a multi-process run (group.h); null: alone
 };
+
+// A block's outputs computed in slices (this process's share of a weight's rows, cut by the
+// loader) put back together: each part holds [T][local] values on entry, [T][full] on return
+// (group.h). Alone, local == full and nothing moves.
+void gather(Ctx& ctx, std::span<const Slice> parts, int64_t T);
+inline void gather(Ctx& ctx, std::initializer_list<Slice> parts, int64_t T) {
+  gather(ctx, std::span<const Slice>(parts.begin(), parts.size()), T);
+}
 
 // fn(begin, end) over [0, n) on the pool, or inline when n * cost (rough flops) is too small for
 // the fork/join to pay off. Results never depend on the split.
 void par_for(Ctx& ctx, int64_t n, int64_t cost, FnRef<void(int64_t, int64_t)> fn);
 
-// y[T][ne1] = W x for T tokens (x is [T][ne0]).
-void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y);
-inline void linear(Ctx& ctx, const Tensor& w, const float* x, int64_t T, float* y) { linear(ctx, w.mat(), x, T, y); }
+// y[T][ne1] = W x for T tokens (x is [T][ne0]). whole_rows: the rows of the weight w is a share
+// of (the F16 rule looks at the whole shape; 0: w.ne1).
+void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y, int64_t whole_rows = 0);
+inline void linear(Ctx& ctx, const Tensor& w, const float* x, int64_t T, float* y) {
+  linear(ctx, w.mat(), x, T, y, w.whole_rows());
+}
 
 // Several products y = W x of T tokens each. For one token they run in one parallel region (each
 // distinct input quantized once); otherwise one linear() each. Same bits as linear() either way.
@@ -61,6 +75,11 @@ struct LinearJob {
   WeightView w;
   const float* x;
   float* y;
+  int64_t whole_rows = 0;  // as for linear()
+  LinearJob() = default;
+  LinearJob(const WeightView& w, const float* x, float* y, int64_t whole_rows = 0)
+      : w(w), x(x), y(y), whole_rows(whole_rows) {}
+  LinearJob(const Tensor& t, const float* x, float* y) : LinearJob(t.mat(), x, y, t.whole_rows()) {}
 };
 void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T);
 

@@ -23,6 +23,9 @@ static Shape S(int64_t a, int64_t b) { return Shape{2, {a, b, 1, 1}}; }
 static Shape S(int64_t a, int64_t b, int64_t c) { return Shape{3, {a, b, c, 1}}; }
 static Shape S(int64_t a, int64_t b, int64_t c, int64_t d) { return Shape{4, {a, b, c, d}}; }
 
+static constexpr Cut kWhole{}, kRows1{Cut::Rows, 1}, kHeads0{Cut::Heads, 0}, kHeads1{Cut::Heads, 1},
+    kHeads2{Cut::Heads, 2};
+
 using HP = const HParams&;
 using W = Weights;
 using LW = LayerWeights;
@@ -31,111 +34,111 @@ using LW = LayerWeights;
 // clang-format off
 static const TensorDef kDefs[] = {
   // ---- global (before the layers) ----
-  {"token_embd.weight", "model.embed_tokens.weight", Scope::Global, When::Always, TypeRule::Matrix, Transform::None,
+  {"token_embd.weight", "model.embed_tokens.weight", Scope::Global, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.n_vocab); }, &W::token_embd},
 
   // ---- every layer: attention side ----
   {"blk.%u.attn_res_score.weight", L "self_attention_res_norm.weight+" L "self_attention_res_proj.weight",
-   Scope::Layer, When::AttnRes, TypeRule::KeepF32, Transform::FuseScore, [](HP hp, uint32_t) { return S(hp.n_embd); }, nullptr, &LW::attn_res_score},
-  {"blk.%u.attn_norm.weight", L "input_layernorm.weight", Scope::Layer, When::Always, TypeRule::KeepF32, Transform::ToF32,
+   Scope::Layer, When::AttnRes, TypeRule::KeepF32, Transform::FuseScore, kWhole, [](HP hp, uint32_t) { return S(hp.n_embd); }, nullptr, &LW::attn_res_score},
+  {"blk.%u.attn_norm.weight", L "input_layernorm.weight", Scope::Layer, When::Always, TypeRule::KeepF32, Transform::ToF32, kWhole,
    [](HP hp, uint32_t) { return S(hp.n_embd); }, nullptr, &LW::attn_norm},
 
   // ---- KDA (model.md §4.3) ----
-  {"blk.%u.attn_q.weight", L "self_attn.q_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_q.weight", L "self_attn.q_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.d_inner(il)); }, nullptr, &LW::wq},
-  {"blk.%u.attn_k.weight", L "self_attn.k_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_k.weight", L "self_attn.k_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.d_inner(il)); }, nullptr, &LW::wk},
-  {"blk.%u.attn_v.weight", L "self_attn.v_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_v.weight", L "self_attn.v_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.d_inner(il)); }, nullptr, &LW::wv},
-  {"blk.%u.ssm_conv1d_q.weight", L "self_attn.q_conv1d.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ReshapeConv,
+  {"blk.%u.ssm_conv1d_q.weight", L "self_attn.q_conv1d.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ReshapeConv, kHeads2,
    [](HP hp, uint32_t il) { return S(hp.ssm_d_conv, 1, hp.d_inner(il), 1); }, nullptr, &LW::conv_q},
-  {"blk.%u.ssm_conv1d_k.weight", L "self_attn.k_conv1d.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ReshapeConv,
+  {"blk.%u.ssm_conv1d_k.weight", L "self_attn.k_conv1d.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ReshapeConv, kHeads2,
    [](HP hp, uint32_t il) { return S(hp.ssm_d_conv, 1, hp.d_inner(il), 1); }, nullptr, &LW::conv_k},
-  {"blk.%u.ssm_conv1d_v.weight", L "self_attn.v_conv1d.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ReshapeConv,
+  {"blk.%u.ssm_conv1d_v.weight", L "self_attn.v_conv1d.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ReshapeConv, kHeads2,
    [](HP hp, uint32_t il) { return S(hp.ssm_d_conv, 1, hp.d_inner(il), 1); }, nullptr, &LW::conv_v},
-  {"blk.%u.ssm_f_a.weight", L "self_attn.f_a_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ssm_f_a.weight", L "self_attn.f_a_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kWhole,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.kda_head_dim); }, nullptr, &LW::f_a},
-  {"blk.%u.ssm_f_b.weight", L "self_attn.f_b_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ssm_f_b.weight", L "self_attn.f_b_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.kda_head_dim, hp.d_inner(il)); }, nullptr, &LW::f_b},
-  {"blk.%u.ssm_dt.bias", L "self_attn.dt_bias", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ToF32,
+  {"blk.%u.ssm_dt.bias", L "self_attn.dt_bias", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ToF32, kHeads0,
    [](HP hp, uint32_t il) { return S(hp.d_inner(il)); }, nullptr, &LW::dt_bias},
-  {"blk.%u.ssm_a", L "self_attn.A_log", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::NegExpALog,
+  {"blk.%u.ssm_a", L "self_attn.A_log", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::NegExpALog, kHeads0,
    [](HP hp, uint32_t il) { return S(hp.n_head[il]); }, nullptr, &LW::ssm_a},
-  {"blk.%u.ssm_beta.weight", L "self_attn.b_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ssm_beta.weight", L "self_attn.b_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_head[il]); }, nullptr, &LW::beta},
-  {"blk.%u.ssm_g.weight", L "self_attn.g_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ssm_g.weight", L "self_attn.g_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.d_inner(il)); }, nullptr, &LW::ssm_g},
-  {"blk.%u.ssm_norm.weight", L "self_attn.o_norm.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ToF32,
+  {"blk.%u.ssm_norm.weight", L "self_attn.o_norm.weight", Scope::KDA, When::Always, TypeRule::KeepF32, Transform::ToF32, kWhole,
    [](HP hp, uint32_t) { return S(hp.kda_head_dim); }, nullptr, &LW::ssm_norm},
-  {"blk.%u.attn_output.weight", L "self_attn.o_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_output.weight", L "self_attn.o_proj.weight", Scope::KDA, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t il) { return S(hp.d_inner(il), hp.n_embd); }, nullptr, &LW::wo},
 
   // ---- MLA (model.md §4.4) ----
-  {"blk.%u.attn_q_a_norm.weight", L "self_attn.q_a_layernorm.weight", Scope::MLA, When::QLora, TypeRule::KeepF32, Transform::ToF32,
+  {"blk.%u.attn_q_a_norm.weight", L "self_attn.q_a_layernorm.weight", Scope::MLA, When::QLora, TypeRule::KeepF32, Transform::ToF32, kWhole,
    [](HP hp, uint32_t) { return S(hp.q_lora_rank); }, nullptr, &LW::q_a_norm},
-  {"blk.%u.attn_q_a.weight", L "self_attn.q_a_proj.weight", Scope::MLA, When::QLora, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_q_a.weight", L "self_attn.q_a_proj.weight", Scope::MLA, When::QLora, TypeRule::Matrix, Transform::None, kWhole,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.q_lora_rank); }, nullptr, &LW::q_a},
-  {"blk.%u.attn_q_b.weight", L "self_attn.q_b_proj.weight", Scope::MLA, When::QLora, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_q_b.weight", L "self_attn.q_b_proj.weight", Scope::MLA, When::QLora, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.q_lora_rank, hp.n_head[il] * hp.n_embd_head_k_mla); }, nullptr, &LW::q_b},
-  {"blk.%u.attn_q.weight", L "self_attn.q_proj.weight", Scope::MLA, When::NoQLora, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_q.weight", L "self_attn.q_proj.weight", Scope::MLA, When::NoQLora, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_head[il] * hp.n_embd_head_k_mla); }, nullptr, &LW::wq},
-  {"blk.%u.attn_kv_a_mqa.weight", L "self_attn.kv_a_proj_with_mqa.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_kv_a_mqa.weight", L "self_attn.kv_a_proj_with_mqa.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::None, kWhole,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.mla_row()); }, nullptr, &LW::kv_a},
-  {"blk.%u.attn_kv_a_norm.weight", L "self_attn.kv_a_layernorm.weight", Scope::MLA, When::Always, TypeRule::KeepF32, Transform::ToF32,
+  {"blk.%u.attn_kv_a_norm.weight", L "self_attn.kv_a_layernorm.weight", Scope::MLA, When::Always, TypeRule::KeepF32, Transform::ToF32, kWhole,
    [](HP hp, uint32_t) { return S(hp.kv_lora_rank); }, nullptr, &LW::kv_a_norm},
-  {"blk.%u.attn_k_b.weight", L "self_attn.kv_b_proj.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::SplitKb,
+  {"blk.%u.attn_k_b.weight", L "self_attn.kv_b_proj.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::SplitKb, kHeads2,
    [](HP hp, uint32_t il) { return S(hp.d_nope(), hp.kv_lora_rank, hp.n_head[il]); }, nullptr, &LW::k_b},
-  {"blk.%u.attn_v_b.weight", L "self_attn.kv_b_proj.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::SplitVb,
+  {"blk.%u.attn_v_b.weight", L "self_attn.kv_b_proj.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::SplitVb, kHeads2,
    [](HP hp, uint32_t il) { return S(hp.kv_lora_rank, hp.n_embd_head_v_mla, hp.n_head[il]); }, nullptr, &LW::v_b},
-  {"blk.%u.attn_gate.weight", L "self_attn.g_proj.weight", Scope::MLA, When::AttnGate, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_gate.weight", L "self_attn.g_proj.weight", Scope::MLA, When::AttnGate, TypeRule::Matrix, Transform::None, kHeads1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_head[il] * hp.n_embd_head_v_mla); }, nullptr, &LW::attn_gate},
-  {"blk.%u.attn_output.weight", L "self_attn.o_proj.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.attn_output.weight", L "self_attn.o_proj.weight", Scope::MLA, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t il) { return S(hp.n_head[il] * hp.n_embd_head_v_mla, hp.n_embd); }, nullptr, &LW::wo},
 
   // ---- every layer: FFN side ----
   {"blk.%u.ffn_res_score.weight", L "mlp_res_norm.weight+" L "mlp_res_proj.weight", Scope::Layer, When::AttnRes,
-   TypeRule::KeepF32, Transform::FuseScore, [](HP hp, uint32_t) { return S(hp.n_embd); }, nullptr, &LW::ffn_res_score},
-  {"blk.%u.ffn_norm.weight", L "post_attention_layernorm.weight", Scope::Layer, When::Always, TypeRule::KeepF32, Transform::ToF32,
+   TypeRule::KeepF32, Transform::FuseScore, kWhole, [](HP hp, uint32_t) { return S(hp.n_embd); }, nullptr, &LW::ffn_res_score},
+  {"blk.%u.ffn_norm.weight", L "post_attention_layernorm.weight", Scope::Layer, When::Always, TypeRule::KeepF32, Transform::ToF32, kWhole,
    [](HP hp, uint32_t) { return S(hp.n_embd); }, nullptr, &LW::ffn_norm},
 
   // ---- dense FFN (model.md §4.5) ----
-  {"blk.%u.ffn_gate.weight", L "mlp.gate_proj.weight", Scope::Dense, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ffn_gate.weight", L "mlp.gate_proj.weight", Scope::Dense, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_ff[il]); }, nullptr, &LW::ffn_gate},
-  {"blk.%u.ffn_up.weight", L "mlp.up_proj.weight", Scope::Dense, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ffn_up.weight", L "mlp.up_proj.weight", Scope::Dense, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_ff[il]); }, nullptr, &LW::ffn_up},
-  {"blk.%u.ffn_down.weight", L "mlp.down_proj.weight", Scope::Dense, When::Always, TypeRule::Matrix, Transform::None,
+  {"blk.%u.ffn_down.weight", L "mlp.down_proj.weight", Scope::Dense, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t il) { return S(hp.n_ff[il], hp.n_embd); }, nullptr, &LW::ffn_down},
 
   // ---- latent MoE (model.md §4.6) ----
-  {"blk.%u.ffn_gate_inp.weight", L "block_sparse_moe.gate.weight", Scope::MoE, When::Always, TypeRule::Router, Transform::ToF32,
+  {"blk.%u.ffn_gate_inp.weight", L "block_sparse_moe.gate.weight", Scope::MoE, When::Always, TypeRule::Router, Transform::ToF32, kRows1,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.n_expert); }, nullptr, &LW::gate_inp},
   {"blk.%u.exp_probs_b.bias", L "block_sparse_moe.gate.e_score_correction_bias", Scope::MoE, When::Always, TypeRule::KeepF32,
-   Transform::ToF32, [](HP hp, uint32_t) { return S(hp.n_expert); }, nullptr, &LW::exp_probs_b},
+   Transform::ToF32, kWhole, [](HP hp, uint32_t) { return S(hp.n_expert); }, nullptr, &LW::exp_probs_b},
   {"blk.%u.ffn_routed_down.weight", L "block_sparse_moe.routed_expert_down_proj.weight", Scope::MoE, When::Latent,
-   TypeRule::Matrix, Transform::None, [](HP hp, uint32_t) { return S(hp.n_embd, hp.d_lat()); }, nullptr, &LW::routed_down},
+   TypeRule::Matrix, Transform::None, kRows1, [](HP hp, uint32_t) { return S(hp.n_embd, hp.d_lat()); }, nullptr, &LW::routed_down},
   {"blk.%u.ffn_gate_exps.weight", L "block_sparse_moe.experts.{E}.w1.weight", Scope::MoE, When::Always, TypeRule::Experts,
-   Transform::StackExperts, [](HP hp, uint32_t il) { return S(hp.d_lat(), hp.n_ff_exp[il], hp.n_expert); }, nullptr, &LW::gate_exps},
+   Transform::StackExperts, kRows1, [](HP hp, uint32_t il) { return S(hp.d_lat(), hp.n_ff_exp[il], hp.n_expert); }, nullptr, &LW::gate_exps},
   {"blk.%u.ffn_up_exps.weight", L "block_sparse_moe.experts.{E}.w3.weight", Scope::MoE, When::Always, TypeRule::Experts,
-   Transform::StackExperts, [](HP hp, uint32_t il) { return S(hp.d_lat(), hp.n_ff_exp[il], hp.n_expert); }, nullptr, &LW::up_exps},
+   Transform::StackExperts, kRows1, [](HP hp, uint32_t il) { return S(hp.d_lat(), hp.n_ff_exp[il], hp.n_expert); }, nullptr, &LW::up_exps},
   {"blk.%u.ffn_down_exps.weight", L "block_sparse_moe.experts.{E}.w2.weight", Scope::MoE, When::Always, TypeRule::Experts,
-   Transform::StackExperts, [](HP hp, uint32_t il) { return S(hp.n_ff_exp[il], hp.d_lat(), hp.n_expert); }, nullptr, &LW::down_exps},
+   Transform::StackExperts, kRows1, [](HP hp, uint32_t il) { return S(hp.n_ff_exp[il], hp.d_lat(), hp.n_expert); }, nullptr, &LW::down_exps},
   {"blk.%u.ffn_routed_norm.weight", L "block_sparse_moe.routed_expert_norm.weight", Scope::MoE, When::RoutedNorm,
-   TypeRule::KeepF32, Transform::ToF32, [](HP hp, uint32_t) { return S(hp.d_lat()); }, nullptr, &LW::routed_norm},
+   TypeRule::KeepF32, Transform::ToF32, kWhole, [](HP hp, uint32_t) { return S(hp.d_lat()); }, nullptr, &LW::routed_norm},
   {"blk.%u.ffn_routed_up.weight", L "block_sparse_moe.routed_expert_up_proj.weight", Scope::MoE, When::Latent,
-   TypeRule::Matrix, Transform::None, [](HP hp, uint32_t) { return S(hp.d_lat(), hp.n_embd); }, nullptr, &LW::routed_up},
+   TypeRule::Matrix, Transform::None, kRows1, [](HP hp, uint32_t) { return S(hp.d_lat(), hp.n_embd); }, nullptr, &LW::routed_up},
   {"blk.%u.ffn_gate_shexp.weight", L "block_sparse_moe.shared_experts.gate_proj.weight", Scope::MoE, When::Shexp,
-   TypeRule::Matrix, Transform::None, [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_ff_shexp(il)); }, nullptr, &LW::gate_shexp},
+   TypeRule::Matrix, Transform::None, kRows1, [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_ff_shexp(il)); }, nullptr, &LW::gate_shexp},
   {"blk.%u.ffn_up_shexp.weight", L "block_sparse_moe.shared_experts.up_proj.weight", Scope::MoE, When::Shexp,
-   TypeRule::Matrix, Transform::None, [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_ff_shexp(il)); }, nullptr, &LW::up_shexp},
+   TypeRule::Matrix, Transform::None, kRows1, [](HP hp, uint32_t il) { return S(hp.n_embd, hp.n_ff_shexp(il)); }, nullptr, &LW::up_shexp},
   {"blk.%u.ffn_down_shexp.weight", L "block_sparse_moe.shared_experts.down_proj.weight", Scope::MoE, When::Shexp,
-   TypeRule::Matrix, Transform::None, [](HP hp, uint32_t il) { return S(hp.n_ff_shexp(il), hp.n_embd); }, nullptr, &LW::down_shexp},
+   TypeRule::Matrix, Transform::None, kRows1, [](HP hp, uint32_t il) { return S(hp.n_ff_shexp(il), hp.n_embd); }, nullptr, &LW::down_shexp},
 
   // ---- global (after the layers) ----
   {"output_res_score.weight", "model.output_attn_res_norm.weight+model.output_attn_res_proj.weight", Scope::Global,
-   When::AttnRes, TypeRule::KeepF32, Transform::FuseScore, [](HP hp, uint32_t) { return S(hp.n_embd); }, &W::output_res_score},
-  {"output_norm.weight", "model.norm.weight", Scope::Global, When::Always, TypeRule::KeepF32, Transform::ToF32,
+   When::AttnRes, TypeRule::KeepF32, Transform::FuseScore, kWhole, [](HP hp, uint32_t) { return S(hp.n_embd); }, &W::output_res_score},
+  {"output_norm.weight", "model.norm.weight", Scope::Global, When::Always, TypeRule::KeepF32, Transform::ToF32, kWhole,
    [](HP hp, uint32_t) { return S(hp.n_embd); }, &W::output_norm},
-  {"output.weight", "lm_head.weight", Scope::Global, When::Always, TypeRule::Matrix, Transform::None,
+  {"output.weight", "lm_head.weight", Scope::Global, When::Always, TypeRule::Matrix, Transform::None, kRows1,
    [](HP hp, uint32_t) { return S(hp.n_embd, hp.n_vocab); }, &W::output},
 };
 // clang-format on
@@ -255,7 +258,40 @@ static const char* scope_name(Scope s) {
   return "?";
 }
 
-Weights bind_weights(const gguf::Model& file, HParams& hp) {
+// Whether `where` holds tensor r: the layers of its stage, token_embd on the first stage and the
+// head (output_res_score, output_norm, output) on the last.
+static bool held(const TensorRef& r, const HParams& hp, const Placement& where) {
+  if (r.il != kNoLayer) return stage_layers(hp.n_layer, where).has(r.il);
+  return r.def.global == &Weights::token_embd ? where.stage == 0 : where.stage == where.n_stages - 1;
+}
+
+// Narrows t (the whole tensor) to the share of `where` that the table entry's cut gives it.
+static void cut(Tensor& t, const TensorRef& r, const HParams& hp, const Placement& where, const std::string& path) {
+  const Cut c = r.def.cut;
+  if (c.kind == Cut::Whole || where.tp_size == 1) return;
+  const int a = c.axis;
+  const int64_t n = t.ne[a];
+  const int64_t unit = c.kind == Cut::Heads ? n / hp.n_head[r.il] : 1;
+  if (unit <= 0 || n % unit != 0)
+    fail("%s: tensor '%s' has %lld values on axis %d, not a whole number per head (%u heads)", path.c_str(),
+         r.name.c_str(), static_cast<long long>(n), a, hp.n_head[r.il]);
+  const int64_t units = n / unit;
+  const int64_t b = share_begin(units, where.tp_size, where.tp_rank) * unit;
+  const int64_t e = share_begin(units, where.tp_size, where.tp_rank + 1) * unit;
+  size_t stride = t.row_bytes();  // bytes per index of the cut axis
+  if (a == 0) {
+    K3_ASSERT(t.type == GgmlType::F32);
+    stride = sizeof(float);
+  }
+  for (int i = 1; i < a; ++i) stride *= static_cast<size_t>(t.ne[i]);
+  for (int i = a + 1; i < 4; ++i) K3_ASSERT(t.ne[i] == 1 || (a == 1 && i == 2));  // a byte range, or rows of a stack
+  if (a == 1 && t.ne[2] > 1) t.nb2 = static_cast<size_t>(t.ne[1]) * t.row_bytes();
+  t.data += static_cast<size_t>(b) * stride;
+  t.ne[a] = e - b;
+  t.first = b;
+}
+
+Weights bind_weights(const gguf::Model& file, HParams& hp, const Placement& where) {
   const std::string& path = file.files().front()->path();
   hp.has_attn_gate = probe(file, hp, "blk.%u.attn_gate.weight", Scope::MLA);
   hp.has_routed_norm = probe(file, hp, "blk.%u.ffn_routed_norm.weight", Scope::MoE);
@@ -282,16 +318,18 @@ Weights bind_weights(const gguf::Model& file, HParams& hp) {
     std::string why;
     if (!type_allowed(r.def, ti->type, ti->ne[0], &why))
       fail("%s: tensor '%s' %s", path.c_str(), r.name.c_str(), why.c_str());
+    consumed.insert(r.name);
+    if (!held(r, hp, where)) return;
     Tensor t;
     t.info = ti;
     t.type = ti->type;
     t.data = ti->data;
     for (int i = 0; i < 4; ++i) t.ne[i] = ti->ne[i];
+    cut(t, r, hp, where, path);
     if (r.il == kNoLayer)
       w.*(r.def.global) = t;
     else
       w.layers[r.il].*(r.def.layer) = t;
-    consumed.insert(r.name);
   });
   auto printable = [](const std::string& n) {
     std::string o;

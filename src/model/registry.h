@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/hparams.h"
+#include "model/placement.h"
 #include "model/weights.h"
 
 namespace k3::model {
@@ -24,6 +25,14 @@ enum class When : uint8_t { Always, AttnRes, QLora, NoQLora, AttnGate, Latent, R
 enum class TypeRule : uint8_t { KeepF32, Matrix, Experts, Router };
 // What the converter does to the HF source (conversion.md §2-§4).
 enum class Transform : uint8_t { None, ToF32, FuseScore, ReshapeConv, NegExpALog, SplitKb, SplitVb, StackExperts };
+// How the loader shares a tensor among the processes of a tensor-parallel group (placement.h):
+// whole on each, or a balanced contiguous share of one axis, in single rows or in whole heads (the
+// axis holds n_head[il] equal groups, so a head's weights and state stay on one process). Every
+// cut is a byte range of the file, except axis 1 of an expert stack: the same rows of each expert.
+struct Cut {
+  enum Kind : uint8_t { Whole, Rows, Heads } kind = Whole;
+  uint8_t axis = 0;
+};
 
 struct Shape {
   uint32_t n_dims = 1;
@@ -39,6 +48,7 @@ struct TensorDef {
   When when;
   TypeRule types;
   Transform transform;
+  Cut cut;
   Shape (*shape)(const HParams& hp, uint32_t il);
   Tensor Weights::*global = nullptr;     // for Scope::Global
   Tensor LayerWeights::*layer = nullptr;  // for the other scopes
@@ -71,6 +81,8 @@ GgmlType fallback_type(GgmlType want, int64_t ne0);
 // Binds every tensor of `file` to `w` by the table; throws k3::Error naming the tensor for a
 // missing, mis-shaped or unsupported-type tensor and for any tensor the table does not expect.
 // Sets the presence features of hp (attn gate, routed norm, shared experts) from the file.
-Weights bind_weights(const gguf::Model& file, HParams& hp);
+// Only the share of `where` is bound: the layers of its stage (token_embd on the first stage, the
+// head on the last), each tensor cut as its table entry says.
+Weights bind_weights(const gguf::Model& file, HParams& hp, const Placement& where = {});
 
 }  // namespace k3::model

@@ -7,25 +7,74 @@
 
 namespace k3::model {
 
-State::State(const HParams& hp, int64_t n_ctx) : hp_(hp), n_ctx_(n_ctx) {
+State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror)
+    : n_ctx_(n_ctx), mirror_(mirror) {
   if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
+  dims_.resize(hp.n_layer);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& lw = w.layers[il];
+    Dims& d = dims_[il];
+    if (lw.ssm_a) {  // KDA: this process's heads
+      const size_t D = static_cast<size_t>(lw.conv_q.ne[2]), nh = static_cast<size_t>(lw.ssm_a.ne[0]);
+      d.conv = 3 * D * (hp.ssm_d_conv - 1);
+      d.rec = nh * hp.kda_head_dim * hp.kda_head_dim;
+    } else if (lw.kv_a) {
+      d.kv_row = hp.mla_row();
+    }
+  }
+  if (mirror_) id_ = mirror_->created();
   reset();
 }
 
+State::State(const State& o)
+    : layers(o.layers), dims_(o.dims_), n_ctx_(o.n_ctx_), n_past_(o.n_past_), mirror_(o.mirror_) {
+  for (size_t il = 0; il < layers.size(); ++il) layers[il].kv.reserve(o.layers[il].kv.capacity());
+  if (mirror_) {
+    id_ = mirror_->created();
+    mirror_->copied(o.id_, id_);
+  }
+}
+
+State::State(State&& o) noexcept
+    : layers(std::move(o.layers)), dims_(std::move(o.dims_)), n_ctx_(o.n_ctx_), n_past_(o.n_past_),
+      mirror_(o.mirror_), id_(o.id_) {
+  o.mirror_ = nullptr;
+  o.id_ = 0;
+}
+
+State& State::operator=(const State& o) {
+  if (this == &o) return *this;
+  layers = o.layers;
+  for (size_t il = 0; il < layers.size(); ++il) layers[il].kv.reserve(o.layers[il].kv.capacity());
+  dims_ = o.dims_, n_ctx_ = o.n_ctx_, n_past_ = o.n_past_;
+  if (!mirror_ && o.mirror_) mirror_ = o.mirror_, id_ = mirror_->created();
+  if (mirror_) mirror_->copied(o.id_, id_);
+  return *this;
+}
+
+State& State::operator=(State&& o) noexcept {
+  if (this == &o) return *this;
+  if (mirror_) mirror_->dropped(id_);
+  layers = std::move(o.layers), dims_ = std::move(o.dims_);
+  n_ctx_ = o.n_ctx_, n_past_ = o.n_past_, mirror_ = o.mirror_, id_ = o.id_;
+  o.mirror_ = nullptr;
+  o.id_ = 0;
+  return *this;
+}
+
+State::~State() {
+  if (mirror_) mirror_->dropped(id_);
+}
+
 void State::reset() {
-  const HParams& hp = hp_;
-  layers.assign(hp.n_layer, LayerState{});
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+  layers.assign(dims_.size(), LayerState{});
+  for (size_t il = 0; il < dims_.size(); ++il) {
     LayerState& s = layers[il];
-    if (hp.attn_kind(il) == AttnKind::KDA) {
-      const size_t D = hp.d_inner(il), d = hp.kda_head_dim;
-      s.conv.assign(3 * D * (hp.ssm_d_conv - 1), 0.0f);
-      s.rec.assign(static_cast<size_t>(hp.n_head[il]) * d * d, 0.0f);
-    } else {
-      // Address space for the whole context now, so the cache never moves while it grows (pages
-      // are only touched, and resident, as rows are appended).
-      s.kv.reserve(static_cast<size_t>(n_ctx_) * hp.mla_row());
-    }
+    s.conv.assign(dims_[il].conv, 0.0f);
+    s.rec.assign(dims_[il].rec, 0.0f);
+    // Address space for the whole context now, so the cache never moves while it grows (pages
+    // are only touched, and resident, as rows are appended).
+    if (dims_[il].kv_row) s.kv.reserve(static_cast<size_t>(n_ctx_) * dims_[il].kv_row);
   }
   n_past_ = 0;
 }

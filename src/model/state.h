@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/hparams.h"
+#include "model/weights.h"
 
 namespace k3::model {
 
@@ -19,11 +20,30 @@ struct LayerState {
   std::vector<float> kv;    // [n_past][r_kv + d_pe]: rows [c_hat | k_pe], F32
 };
 
+// Told when a state is copied or ends, by whoever keeps the other parts of the states elsewhere
+// (the other processes of a multi-process run, src/dist). Calls may come from any thread.
+class StateMirror {
+ public:
+  virtual ~StateMirror() = default;
+  virtual uint64_t created() = 0;                        // a new state: its id
+  virtual void copied(uint64_t from, uint64_t to) = 0;  // state `to` now holds what `from` holds
+  virtual void dropped(uint64_t id) = 0;
+};
+
 class State {
  public:
-  State(const HParams& hp, int64_t n_ctx);
+  // The state of the layers this process holds (weights bound by the loader: its pipeline stage,
+  // its heads), for up to n_ctx tokens. Model::new_state is the usual way to make one.
+  State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror = nullptr);
+  State(const State& o);
+  State(State&& o) noexcept;
+  State& operator=(const State& o);
+  State& operator=(State&& o) noexcept;
+  ~State();
+
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return n_ctx_; }
+  uint64_t id() const { return id_; }  // its mirror's id (0 without a mirror)
   void reset();  // back to an empty sequence (zeros, empty caches)
   // For a restore from a snapshot (src/cache): the caller has filled `layers` for a sequence of n
   // tokens (every MLA cache exactly n rows, the KDA states after token n); throws if they do not fit.
@@ -36,9 +56,14 @@ class State {
 
  private:
   friend class Model;
-  HParams hp_;
+  struct Dims {
+    size_t conv = 0, rec = 0, kv_row = 0;  // floats
+  };
+  std::vector<Dims> dims_;  // per layer (zeros: a layer another process holds)
   int64_t n_ctx_;
   int64_t n_past_ = 0;
+  StateMirror* mirror_ = nullptr;
+  uint64_t id_ = 0;
 };
 
 // Bytes of one sequence's state at a full context of n_ctx tokens (KDA states + MLA rows).

@@ -11,19 +11,27 @@
 
 namespace k3::model {
 
+// A weight as this process holds it: the whole tensor, or the share the loader cut for it
+// (placement.h; ne then counts the share, info still describes the whole tensor).
 struct Tensor {
   const gguf::TensorInfo* info = nullptr;
   GgmlType type = GgmlType::F32;
   const uint8_t* data = nullptr;
   int64_t ne[4] = {1, 1, 1, 1};
+  int64_t first = 0;  // index of the first held element of the cut axis (the first vocabulary row, ...)
+  size_t nb2 = 0;     // bytes between the matrices of a 3-D stack (0: ne1 rows; more when rows are cut)
 
   explicit operator bool() const { return data != nullptr; }
   size_t row_bytes() const { return row_size(type, ne[0]); }
-  // The 2-D matrix of a weight (ne = [IN, OUT]), or matrix e of a 3-D stack (ne = [IN, OUT, E]):
-  // expert e starts at byte offset e * ne1 * row_size.
+  size_t mat_stride() const { return nb2 ? nb2 : static_cast<size_t>(ne[1]) * row_bytes(); }
+  // The 2-D matrix of a weight (ne = [IN, OUT]), or matrix e of a 3-D stack (ne = [IN, OUT, E]).
   WeightView mat(int64_t e = 0) const {
-    return WeightView{type, data + static_cast<size_t>(e) * ne[1] * row_bytes(), ne[0], ne[1], row_bytes()};
+    return WeightView{type, data + static_cast<size_t>(e) * mat_stride(), ne[0], ne[1], row_bytes()};
   }
+  // Rows (ne1) of the whole weight: the F16 rule depends on the whole shape (ops.h).
+  int64_t whole_rows() const { return info ? info->ne[1] : ne[1]; }
+  // Bytes this process holds.
+  size_t bytes() const { return static_cast<size_t>(ne[1] * ne[2] * ne[3]) * row_bytes(); }
   const float* f32() const { return reinterpret_cast<const float*>(data); }  // only for F32 tensors
 };
 

@@ -254,7 +254,7 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
   ServerCtx& c = *c_;
   c.opt = opts;
-  c.model = model::Model::load(opts.model_path);
+  c.model = opts.load_model ? opts.load_model(opts.model_path) : model::Model::load(opts.model_path);
   c.tok = tok::Tokenizer::from_metadata(c.model->meta());
   const model::F16Rule rule = opts.f16_rule.empty() ? model::default_f16_rule()
                               : opts.f16_rule == "amx"  ? model::F16Rule::Amx

@@ -1,11 +1,13 @@
 // Loader errors: every defect of a file gets a k3::Error that names it, never a crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "common/error.h"
 #include "gguf/writer.h"
 #include "helpers.h"
+#include "model/registry.h"
 
 using namespace k3;
 using namespace k3::test;
@@ -123,3 +125,61 @@ TEST(Loader, WrongKeyTypeNamesFileAndKey) {
 TEST(Loader, NotAFile) { expect_load_error(temp_path("does-not-exist.gguf"), {"does-not-exist.gguf"}); }
 
 }  // namespace
+
+namespace {
+
+// The byte ranges of `t` (per matrix of a stack whose rows are cut).
+std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges(const model::Tensor& t) {
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> r;
+  if (!t.nb2) return {{t.data, t.data + t.bytes()}};
+  for (int64_t e = 0; e < t.ne[2]; ++e) r.push_back({t.data + e * t.nb2, t.data + e * t.nb2 + t.ne[1] * t.row_bytes()});
+  return r;
+}
+
+}  // namespace
+
+// Several processes (placement.h): the shares of every cut tensor are disjoint byte ranges that
+// cover it, in process order; whole tensors are whole everywhere; each layer, the embedding and
+// the head are held by exactly one pipeline stage.
+TEST(Loader, SharesOfProcessesCoverEveryTensorOnce) {
+  for (const char* name : {"a", "d"}) {
+    const auto& cfg = std::string(name) == "a" ? config_a : config_d;
+    const gguf::Model file = gguf::Model::open(make_model(cfg(1e-5f), std::string("loader_share_") + name));
+    model::HParams hp0 = model::HParams::from_metadata(file.meta());
+    for (const auto& [tp, pp] : {std::pair{2, 1}, {3, 1}, {5, 1}, {1, 3}, {2, 2}}) {
+      std::vector<model::Weights> w;
+      std::vector<model::Placement> at;
+      for (int s = 0; s < pp; ++s)
+        for (int r = 0; r < tp; ++r) {
+          model::HParams hp = hp0;
+          at.push_back({r, tp, s, pp});
+          w.push_back(model::bind_weights(file, hp, at.back()));
+        }
+      model::for_each_tensor(hp0, [&](const model::TensorRef& ref) {
+        const gguf::TensorInfo& ti = file.get(ref.name);
+        std::vector<std::pair<const uint8_t*, const uint8_t*>> got;  // every piece held, process order
+        int stages = 0;
+        for (size_t i = 0; i < w.size(); ++i) {
+          const model::Tensor& t = ref.def.global ? w[i].*(ref.def.global) : w[i].layers[ref.il].*(ref.def.layer);
+          if (!t) continue;
+          if (at[i].tp_rank == 0) ++stages;
+          if (ref.def.cut.kind == model::Cut::Whole) {
+            EXPECT_EQ(t.data, ti.data) << ref.name;
+            EXPECT_EQ(t.bytes(), ti.nbytes) << ref.name;
+          } else {
+            for (const auto& r : ranges(t)) got.push_back(r);
+          }
+        }
+        EXPECT_EQ(stages, 1) << ref.name << " tp " << tp << " pp " << pp;
+        if (ref.def.cut.kind == model::Cut::Whole || got.empty()) return;
+        std::sort(got.begin(), got.end());
+        const uint8_t* at_byte = ti.data;
+        for (const auto& [b, e] : got) {
+          EXPECT_EQ(b, at_byte) << ref.name << " tp " << tp;
+          at_byte = e;
+        }
+        EXPECT_EQ(at_byte, ti.data + ti.nbytes) << ref.name << " tp " << tp;
+      });
+    }
+  }
+}

@@ -1,0 +1,106 @@
+// model::Group over MPI: world rank w is position w % tp of the tensor-parallel group of pipeline
+// stage w / tp (tp = size / pp), so with mpirun's default mapping (fill each machine in turn) the
+// processes of a stage share a machine and the stages span the machines. Slices are put back
+// together with one MPI_Allgatherv per call (all the parts of a block at once), the logits with an
+// MPI_Gatherv to the stage's first process, the stages hand over with point-to-point messages.
+// The leader (world rank 0) broadcasts each pass; the others wait for it with little CPU.
+#pragma once
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/attnres.h"
+#include "model/group.h"
+#include "model/model.h"
+#include "model/state.h"
+
+namespace k3::dist {
+
+// What the leader sends the others, as int64 words: a header, the state operations since the last
+// message (copies and ends of states), then each segment (state id, context, position, tokens,
+// logits wanted) and the token ids.
+enum class Op : int64_t { Pass = 1, Stats = 2, Quit = 3 };
+struct Message {
+  Op op = Op::Quit;
+  int64_t f16_rule = 0;
+  struct StateOp {
+    int64_t kind, a, b;  // kind 1: copy a -> b; 2: drop a
+  };
+  struct Seg {
+    int64_t id, n_ctx, n_past, n, want;
+  };
+  std::vector<StateOp> state_ops;
+  std::vector<Seg> segs;
+  std::vector<int32_t> ids;
+};
+
+struct Counters {
+  uint64_t messages = 0, bytes = 0, tokens = 0;
+  double seconds = 0;
+};
+
+class MpiGroup final : public model::Group, public model::StateMirror {
+ public:
+  explicit MpiGroup(int pp);  // every process of MPI_COMM_WORLD; throws naming a bad --pp
+  ~MpiGroup() override;
+
+  // model::Group
+  const model::Placement& placement() const override { return place_; }
+  model::StateMirror* states() override { return world_rank_ == 0 ? this : nullptr; }
+  void announce(std::span<const model::Segment> batch, const model::RunOptions& opt) override;
+  void gather(std::span<const model::Slice> parts, int64_t T) override;
+  void gather_lookup(float* x, const int32_t* ids, int64_t T, int64_t H, int64_t V) override;
+  void gather_logits(float* out, int64_t local, int64_t R, int64_t V) override;
+  void recv_stream(float* h, model::Bank& bank, int64_t T, int64_t H) override;
+  void send_stream(const float* h, const model::Bank& bank, int64_t T, int64_t H) override;
+  void end_pass() override;
+  [[noreturn]] void abort(const char* what) override;
+
+  // model::StateMirror (the leader's states)
+  uint64_t created() override;
+  void copied(uint64_t from, uint64_t to) override;
+  void dropped(uint64_t id) override;
+
+  // The leader: a message with no pass (Stats, Quit). The others: the next message, waiting with
+  // little CPU (a server may be idle for hours).
+  void send(Op op);
+  void receive(Message& m);
+  // Everyone: the values of every process at the leader (world order).
+  std::vector<uint64_t> gather_u64(const std::vector<uint64_t>& mine);
+  // Everyone: whether `value` is the same on every process; `all` receives each one's (world order).
+  bool same(const std::string& value, std::vector<std::string>* all);
+
+  const Counters& counters() const { return cnt_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  void bcast(std::vector<int64_t>& words, bool count);
+  void wait(MPI_Request& r, bool quiet);
+  void add_time(std::chrono::steady_clock::time_point t0);
+  int64_t share(int64_t full, int64_t unit, int r) const;  // first value of process r's share
+  int world_of(int stage, int tp_rank) const { return stage * place_.tp_size + tp_rank; }
+
+  model::Placement place_;
+  int world_rank_ = 0, world_size_ = 1;
+  MPI_Comm tp_comm_ = MPI_COMM_NULL;
+  Counters cnt_;
+  std::vector<float> buf_, pack_;
+  std::vector<int> counts_, displs_;
+  std::vector<int64_t> words_;
+  struct Pending {  // a send in flight and its buffer
+    MPI_Request req;
+    std::vector<float> data;
+  };
+  std::deque<Pending> sends_;
+  std::mutex mu_;  // the state operations below, queued from any thread
+  uint64_t next_id_ = 1;
+  std::vector<Message::StateOp> state_ops_;
+};
+
+}  // namespace k3::dist

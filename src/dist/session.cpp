@@ -1,0 +1,300 @@
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <tuple>
+
+#include "common/error.h"
+#include "dist/dist.h"
+#include "model/registry.h"
+#include "tensor/kernels.h"
+#if K3_HAVE_MPI
+#include "dist/mpi_group.h"
+#endif
+
+namespace k3::dist {
+
+namespace {
+
+struct World {
+  bool mpi = false;  // this process joined an MPI job of several
+  int rank = 0, size = 1, host_processes = 1;
+  std::string host;
+  bool following = false;  // the leader: the others reached follow() (a Quit ends them)
+#if K3_HAVE_MPI
+  MPI_Comm exit_comm = MPI_COMM_NULL;  // for the end only, apart from every other exchange
+  std::unique_ptr<MpiGroup> group;
+#endif
+} g;
+
+// The job size mpirun announces (Open MPI, PMIx, PMI), 1 when not started by it.
+int launched_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 1;
+}
+
+// Resident bytes, and of them the file-backed ones (the mapped model), from /proc/self/status.
+std::pair<uint64_t, uint64_t> rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  uint64_t kb = 0, rss = 0, file = 0;
+  while (f >> key) {
+    if (key == "VmRSS:" && f >> kb) rss = kb * 1024;
+    if (key == "RssFile:" && f >> kb) file = kb * 1024;
+    f.ignore(1 << 20, '\n');
+  }
+  return {rss, file};
+}
+
+#if K3_HAVE_MPI
+// What identifies a model file: its parts' sizes and headers, and the first and last 64 KiB of
+// each data blob (a file written with other weights but the same header differs there).
+std::string fingerprint(const gguf::Model& file) {
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  for (const auto& f : file.files()) {
+    const uint64_t size = f->size(), data = f->data_offset();
+    XXH64_update(h, &size, sizeof size);
+    XXH64_update(h, f->base(), data);
+    const uint64_t n = std::min<uint64_t>(size - data, 65536);
+    XXH64_update(h, f->base() + data, n);
+    XXH64_update(h, f->base() + size - n, n);
+  }
+  const uint64_t v = XXH64_digest(h);
+  XXH64_freeState(h);
+  return strprintf("%016llx", static_cast<unsigned long long>(v));
+}
+
+// Fails on every process when the processes disagree on `value`, naming who has what (`shown`).
+void require_same(const char* what, const std::string& value, const std::string& shown, const std::string& hint) {
+  std::vector<std::string> all, hosts, shown_all;
+  if (g.group->same(value, &all)) return;
+  g.group->same(g.host, &hosts);
+  g.group->same(shown, &shown_all);
+  std::string msg = strprintf("the %d processes differ in %s:", g.size, what);
+  for (int r = 0; r < g.size; ++r) msg += strprintf(" rank %d (%s) %s;", r, hosts[r].c_str(), shown_all[r].c_str());
+  fail("%s %s", msg.c_str(), hint.c_str());
+}
+#endif
+
+}  // namespace
+
+void init(int& argc, char**& argv) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  g.host = host;
+  const int n = launched_size();
+  if (n <= 1) return;
+#if K3_HAVE_MPI
+  // The threads MPI starts must not take the signals the commands handle (k3 serve shuts down on
+  // SIGTERM): they start with SIGINT and SIGTERM blocked, this thread gets its mask back.
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, &old);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  g.mpi = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g.exit_comm);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  MPI_Comm_size(local, &g.host_processes);
+  MPI_Comm_free(&local);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    if (g.rank == 0) std::fprintf(stderr, "k3: this MPI library cannot be called from several threads\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (g.rank != 0) {
+    // The leader ends the job (mpirun passes SIGINT/SIGTERM to every process; the leader's server
+    // shuts down gracefully and then stops the others).
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    // Only the leader writes to stdout; the others' notices would repeat its own.
+    if (!std::getenv("K3_DIST_VERBOSE")) {
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, STDOUT_FILENO), close(null);
+    }
+  }
+#else
+  (void)argc, (void)argv;
+  std::fprintf(stderr,
+               "k3: started as one of %d processes, but this k3 was built without MPI: install libopenmpi-dev "
+               "(tools/setup does) and rebuild\n",
+               n);
+  std::exit(1);
+#endif
+}
+
+int finish(int status, const char* command, const std::string& error) {
+  auto print = [&](bool with_rank) {
+    if (error.empty()) return;
+    if (with_rank)
+      std::fprintf(stderr, "k3 %s: error on rank %d of %d (host %s): %s\n", command, g.rank, g.size, g.host.c_str(),
+                   error.c_str());
+    else
+      std::fprintf(stderr, "k3 %s: error: %s\n", command, error.c_str());
+    std::fflush(stderr);
+  };
+#if K3_HAVE_MPI
+  if (!g.mpi) {
+    print(false);
+    return status;
+  }
+  if (g.rank == 0 && g.following) {
+    print(false);
+    g.group->send(Op::Quit);
+  } else if (status != 0) {
+    // Every process ending with the same error (a bad flag) meets the others here; one that fails
+    // alone would leave them waiting inside a step with it (loading, a pass): stop them all.
+    MPI_Request r;
+    MPI_Ibarrier(g.exit_comm, &r);
+    int done = 0;
+    for (const auto t0 = std::chrono::steady_clock::now();
+         !done && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3);)
+      if (MPI_Test(&r, &done, MPI_STATUS_IGNORE), !done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!done) {
+      print(g.rank != 0);
+      MPI_Abort(MPI_COMM_WORLD, status);
+    }
+    if (g.rank == 0) print(false);
+  }
+  g.group.reset();
+  MPI_Comm_free(&g.exit_comm);
+  MPI_Finalize();
+#else
+  (void)command;
+  print(false);
+#endif
+  return status;
+}
+
+bool active() { return g.mpi; }
+int rank() { return g.rank; }
+int size() { return g.size; }
+bool leader() { return g.rank == 0; }
+const std::string& host() { return g.host; }
+int host_processes() { return g.host_processes; }
+
+void sync() {
+#if K3_HAVE_MPI
+  if (g.mpi) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+}
+
+std::unique_ptr<model::Model> load(const std::string& path, int pp) {
+  if (pp < 1) fail("--pp must be >= 1 (got %d)", pp);
+#if K3_HAVE_MPI
+  if (g.mpi) {
+    g.group = std::make_unique<MpiGroup>(pp);
+    const std::string build = strprintf("k3 built %s %s, kernels %s", __DATE__, __TIME__, isa_name(active_isa()));
+    require_same("k3 builds and kernels (their results must agree bit for bit)", build, build,
+                 "(start every process with the same k3 and K3_ISA on CPUs with the same instruction sets)");
+    auto m = model::Model::load(path, g.group.get());
+    const std::string fp = fingerprint(m->file());
+    require_same("model files", fp, path + " (" + fp + ")", "(every process must open the same model file)");
+    g.following = true;
+    return m;
+  }
+#endif
+  if (pp > 1)
+    fail("--pp %d: pipeline stages need several processes (start k3 with mpirun -np N, N a multiple of %d)", pp, pp);
+  return model::Model::load(path);
+}
+
+int follow(const model::Model& m, const model::RunOptions& base) {
+#if K3_HAVE_MPI
+  MpiGroup& grp = *g.group;
+  std::map<uint64_t, std::unique_ptr<model::State>> states;  // the leader's, by its ids
+  std::vector<std::vector<float>> logits;
+  std::vector<model::Segment> batch;
+  Message msg;
+  model::RunOptions opt = base;
+  try {
+    for (;;) {
+      grp.receive(msg);
+      if (msg.op == Op::Quit) return 0;
+      if (msg.op == Op::Stats) {
+        stats(m);
+        continue;
+      }
+      for (const Message::StateOp& o : msg.state_ops) {
+        const uint64_t a = static_cast<uint64_t>(o.a), b = static_cast<uint64_t>(o.b);
+        if (o.kind == 2) {
+          states.erase(a);
+        } else if (auto it = states.find(a); it != states.end()) {
+          states[b] = std::make_unique<model::State>(*it->second);
+        } else {
+          states.erase(b);  // a copy of a state never run: fresh, made at its first pass
+        }
+      }
+      batch.clear();
+      logits.resize(std::max(logits.size(), msg.segs.size()));
+      size_t at = 0;
+      for (size_t i = 0; i < msg.segs.size(); ++i) {
+        const Message::Seg& s = msg.segs[i];
+        auto& st = states[static_cast<uint64_t>(s.id)];
+        if (!st || (s.n_past == 0 && st->n_ctx() != s.n_ctx))
+          st = std::make_unique<model::State>(m.new_state(s.n_ctx));
+        if (st->n_past() != s.n_past) {
+          if (s.n_past != 0)
+            fail("state %lld is at position %lld here and %lld on the leader (a state changed other than by a "
+                 "forward pass, a copy or a reset)",
+                 static_cast<long long>(s.id), static_cast<long long>(st->n_past()), static_cast<long long>(s.n_past));
+          st->reset();
+        }
+        batch.push_back({st.get(), msg.ids.data() + at, s.n, static_cast<model::Logits>(s.want), &logits[i]});
+        at += static_cast<size_t>(s.n);
+      }
+      opt.f16_rule = static_cast<model::F16Rule>(msg.f16_rule);
+      m.forward(batch, opt);
+    }
+  } catch (const std::exception& e) {
+    grp.abort(e.what());
+  }
+#else
+  (void)m, (void)base;
+  return 0;
+#endif
+}
+
+std::vector<RankStats> stats(const model::Model& m) {
+  RankStats mine;
+  mine.rank = g.rank;
+  mine.host = g.host;
+  mine.weight_bytes = m.weight_bytes();
+  std::tie(mine.rss_bytes, mine.rss_file_bytes) = rss_bytes();
+#if K3_HAVE_MPI
+  if (g.mpi) {
+    if (g.rank == 0) g.group->send(Op::Stats);
+    const Counters& c = g.group->counters();
+    uint64_t secs_ns = static_cast<uint64_t>(c.seconds * 1e9);
+    const std::vector<uint64_t> all =
+        g.group->gather_u64({mine.weight_bytes, mine.rss_bytes, mine.rss_file_bytes, secs_ns, c.messages, c.bytes, c.tokens});
+    std::vector<std::string> hosts;
+    g.group->same(g.host, &hosts);
+    std::vector<RankStats> out;
+    for (int r = 0; g.rank == 0 && r < g.size; ++r) {
+      const uint64_t* v = all.data() + r * 7;
+      out.push_back({r, hosts[r], v[0], v[1], v[2], v[3] / 1e9, v[4], v[5], v[6]});
+    }
+    return out;
+  }
+#endif
+  return {mine};
+}
+
+}  // namespace k3::dist

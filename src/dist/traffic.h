@@ -1,0 +1,27 @@
+// What one decoded token costs a process of a multi-process run in communication, from the model's
+// shapes alone: the exchanges MpiGroup makes and counts (the leader's pass broadcast, the embedding
+// lookup, per layer the gathers of kda/mla/ffn/moe, the logits, the stage hand-offs) and the bytes
+// this process receives. tests/dist checks it against the counts of real runs; docs/multinode.md
+// applies it to the released model (bench/multinode_plan).
+#pragma once
+#include <cstdint>
+
+#include "model/hparams.h"
+#include "model/placement.h"
+
+namespace k3::dist {
+
+// Exchanges and the bytes received here by each (the embedding row at its average over the
+// vocabulary).
+struct Traffic {
+  double group = 0, group_bytes = 0;  // collectives among the stage's tensor-parallel group
+  double p2p = 0, p2p_bytes = 0;      // point-to-point (stage hand-offs, logits to the leader)
+  double world = 0, world_bytes = 0;  // broadcasts from the leader to every process
+  double messages() const { return group + p2p + world; }
+  double bytes() const { return group_bytes + p2p_bytes + world_bytes; }
+};
+
+// For the process at `where`; `leader`: it is world rank 0.
+Traffic decode_traffic(const model::HParams& hp, const model::Placement& where, bool leader);
+
+}  // namespace k3::dist

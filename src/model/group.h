@@ -1,0 +1,55 @@
+// The other processes that run one model together with this one (src/dist implements it over MPI).
+// Each process holds its share of the weights (placement.h), the blocks compute the rows of that
+// share with the single-process arithmetic, and call these where a block's output slices must be
+// put back together. Nothing here computes: every output element comes from exactly one process,
+// so the results are the bits of a single process at any process count.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "model/placement.h"
+
+namespace k3::model {
+
+struct Segment;
+struct RunOptions;
+struct Bank;
+class StateMirror;
+
+// A block output computed in slices: every row holds `local` of its `full` values here (this
+// process's share of whole units of `unit` values: a head's width, or single values).
+struct Slice {
+  float* data = nullptr;  // [T][local] on entry, [T][full] on return (room for T * full)
+  int64_t local = 0, full = 0;
+  int64_t unit = 1;
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual const Placement& placement() const = 0;
+  // Copies and ends of the leader's states, for the others (null on them).
+  virtual StateMirror* states() = 0;
+  // Model::forward, once the batch is checked: the leader (the process that talks to the user)
+  // sends the batch to the others, which run what they receive (dist::follow).
+  virtual void announce(std::span<const Segment> batch, const RunOptions& opt) = 0;
+  // Every process of the tensor-parallel group gets the full rows of every part, in one exchange
+  // (every process passes the same parts; nothing moves in a group of one).
+  virtual void gather(std::span<const Slice> parts, int64_t T) = 0;
+  // Embedding lookup: each process filled the rows x[t] (of H values) whose ids lie in its share
+  // of the V vocabulary rows; afterwards every row is filled (nothing moves in a group of one).
+  virtual void gather_lookup(float* x, const int32_t* ids, int64_t T, int64_t H, int64_t V) = 0;
+  // Logits of R rows: the processes holding the LM head pass their [R][local] share (local >= 0),
+  // the others local < 0. On the leader `out` then holds [R][V]; elsewhere it is unspecified.
+  virtual void gather_logits(float* out, int64_t local, int64_t R, int64_t V) = 0;
+  // Pipeline stages: the residual stream h [T][H] and the AttnRes bank, from the previous stage
+  // and to the next one (same position in the tensor-parallel group).
+  virtual void recv_stream(float* h, Bank& bank, int64_t T, int64_t H) = 0;
+  virtual void send_stream(const float* h, const Bank& bank, int64_t T, int64_t H) = 0;
+  // The end of a forward pass here: sends still in flight complete.
+  virtual void end_pass() = 0;
+  // A failure inside a pass the others take part in: every process stops, naming this one.
+  [[noreturn]] virtual void abort(const char* what) = 0;
+};
+
+}  // namespace k3::model

@@ -1,0 +1,356 @@
+// One model across several processes, end to end: the real k3 started by the real mpirun on this
+// machine, over shared memory and over TCP loopback, against the same k3 run as one process.
+// Results must be the same bits (logits, greedy tokens, perplexity, chat), with pipeline stages
+// too; each process holds about 1/N of the weights; the traffic model (dist/traffic.h) matches the
+// counted exchanges; a killed process ends the job; mismatched files or kernels are refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "../model/helpers.h"
+#include "dist/traffic.h"
+#include "model/model.h"
+
+using namespace k3;
+using namespace k3::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// CI runs as root; Open MPI refuses that unless told (docs/multinode.md).
+const bool kRootOk = [] {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  return true;
+}();
+
+std::string k3_bin() {
+  const char* d = std::getenv("K3_BIN_DIR");
+  return std::string(d ? d : K3_BIN_DIR_FALLBACK) + "/k3";
+}
+
+enum class Net { Shm, Tcp };
+const char* net_name(Net n) { return n == Net::Shm ? "shared memory" : "TCP loopback"; }
+
+// "mpirun ... k3" for np processes over the given transport.
+std::string mpirun(int np, Net net) {
+  std::string s = std::string(K3_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " --mca pml ob1";
+  s += net == Net::Shm ? " --mca btl self,vader" : " --mca btl self,tcp --mca btl_tcp_if_include lo";
+  return s + " " + k3_bin();
+}
+
+std::string model(const std::string& name, const std::string& flags) {
+  const std::string p = temp_path(name + ".gguf");
+  if (!fs::exists(p)) {
+    std::string out;
+    EXPECT_EQ(run_cmd(k3_bin() + " make-tiny -q --out " + p + " " + flags, &out), 0) << out;
+  }
+  return p;
+}
+// The four test models: F32 (4 heads: 1, 1, 2 at 3 processes); F32 without latent MoE and q-LoRA
+// (softplus gate); Q8_0 trunk with MXFP4 experts (6 heads, as evenly shared as K3's 96); F16 (with
+// the AMX rule, which looks at whole shapes).
+std::string f32_model() { return model("f32", "--heads 4 --seed 21"); }
+std::string plain_model() { return model("plain", "--heads 3 --no-latent --no-q-lora --softplus-gate --seed 22"); }
+std::string quant_model() { return model("quant", "--heads 6 --type q8_0 --expert-type mxfp4 --seed 23"); }
+std::string f16_model() { return model("f16", "--heads 4 --type f16 --seed 24"); }
+
+const char* kIds = "1,300,17,767,42,9,511,64,128,5,700,33";
+
+std::vector<std::vector<float>> logits_of(const std::string& cmd, const std::string& file) {
+  std::string out;
+  EXPECT_EQ(run_cmd(cmd + " --out " + file, &out), 0) << cmd << "\n" << out;
+  std::vector<std::vector<float>> rows;
+  std::ifstream f(file);
+  if (!f) return rows;
+  const json j = json::parse(f);
+  for (const auto& r : j["rows"]) rows.push_back(r["logits"].get<std::vector<float>>());
+  return rows;
+}
+
+// Bit for bit, with the first difference in the message.
+void expect_same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                      const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  for (size_t t = 0; t < a.size(); ++t) {
+    ASSERT_EQ(a[t].size(), b[t].size()) << what;
+    for (size_t i = 0; i < a[t].size(); ++i)
+      if (std::memcmp(&a[t][i], &b[t][i], sizeof(float)) != 0)
+        FAIL() << what << ": position " << t << " logit " << i << ": " << a[t][i] << " vs " << b[t][i];
+  }
+}
+
+json run_json(const std::string& cmd) {
+  std::string out;
+  EXPECT_EQ(run_cmd(cmd, &out, false), 0) << cmd << "\n" << out;
+  try {
+    return json::parse(out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << cmd << ": not JSON: " << out;
+    return json::object();
+  }
+}
+
+std::string greedy(const std::string& m) { return " run -m " + m + " --ids " + kIds + " -n 24 --temp 0 --ignore-eos --json -t 1"; }
+
+TEST(Mpi, LogitsBitIdenticalToOneProcess) {
+  for (const std::string& m : {f32_model(), quant_model()}) {
+    const auto one = logits_of(k3_bin() + " logits -t 1 -m " + m + " --ids " + kIds, temp_path("one.json"));
+    for (Net net : {Net::Shm, Net::Tcp})
+      for (int np : {2, 3}) {
+        const std::string what = m + " at " + std::to_string(np) + " processes over " + net_name(net);
+        expect_same_bits(one, logits_of(mpirun(np, net) + " logits -t 1 -m " + m + " --ids " + kIds, temp_path("n.json")),
+                         what);
+      }
+    // one token at a time: the decode paths (one-token experts, fused projections)
+    const auto inc = logits_of(k3_bin() + " logits -t 1 --mode incremental -m " + m + " --ids " + kIds,
+                               temp_path("inc1.json"));
+    expect_same_bits(inc, logits_of(mpirun(3, Net::Tcp) + " logits -t 1 --mode incremental -m " + m + " --ids " + kIds,
+                                    temp_path("incn.json")),
+                     m + " token by token at 3 processes");
+  }
+}
+
+TEST(Mpi, LogitsBitIdenticalWithoutLatentAndWithF16AmxRule) {
+  const std::string plain = plain_model(), f16 = f16_model();
+  expect_same_bits(logits_of(k3_bin() + " logits -t 1 -m " + plain + " --ids " + kIds, temp_path("p1.json")),
+                   logits_of(mpirun(3, Net::Shm) + " logits -t 1 -m " + plain + " --ids " + kIds, temp_path("p3.json")),
+                   "no latent, 3 processes");
+  // 64-row F16 matrices take the AMX rule; the 21- and 22-row shares must too
+  for (const char* rule : {"amx", "round"})
+    expect_same_bits(
+        logits_of(k3_bin() + " logits -t 1 --f16-rule " + rule + " -m " + f16 + " --ids " + kIds, temp_path("h1.json")),
+        logits_of(mpirun(3, Net::Shm) + " logits -t 1 --f16-rule " + rule + " -m " + f16 + " --ids " + kIds,
+                  temp_path("h3.json")),
+        std::string("F16, rule ") + rule + ", 3 processes");
+}
+
+TEST(Mpi, PipelineStagesBitIdentical) {
+  for (const std::string& m : {f32_model(), quant_model()}) {
+    const auto one = logits_of(k3_bin() + " logits -t 1 -m " + m + " --ids " + kIds, temp_path("one.json"));
+    expect_same_bits(one, logits_of(mpirun(2, Net::Shm) + " logits -t 1 --pp 2 -m " + m + " --ids " + kIds,
+                                    temp_path("pp2.json")),
+                     m + ": 2 stages of 1");
+    expect_same_bits(one, logits_of(mpirun(4, Net::Tcp) + " logits -t 1 --pp 2 -m " + m + " --ids " + kIds,
+                                    temp_path("pp4.json")),
+                     m + ": 2 stages of 2 over TCP");
+  }
+  // 70 rows go through in micro-batches (2 of 35: the stages overlap), the long prompt in chunks too
+  std::string ids;
+  for (int i = 0; i < 70; ++i) ids += (i ? "," : "") + std::to_string((i * 97 + 5) % 768);
+  const std::string m = quant_model();
+  for (const char* mode : {"batch", "chunked --chunk 40"}) {
+    const std::string args = std::string(" logits -t 1 --mode ") + mode + " -m " + m + " --ids " + ids;
+    const auto one = logits_of(k3_bin() + args, temp_path("long1.json"));
+    expect_same_bits(one, logits_of(mpirun(2, Net::Shm) + args + " --pp 2", temp_path("long2.json")),
+                     std::string("70 rows, 2 stages, ") + mode);
+    expect_same_bits(one, logits_of(mpirun(3, Net::Shm) + args + " --pp 3", temp_path("long3.json")),
+                     std::string("70 rows, 3 stages, ") + mode);
+  }
+}
+
+TEST(Mpi, GreedyTokensIdentical) {
+  const std::string m = quant_model();
+  const json one = run_json(k3_bin() + greedy(m));
+  ASSERT_EQ(one["ids"].size(), 24u);
+  EXPECT_EQ(run_json(mpirun(2, Net::Shm) + greedy(m))["ids"], one["ids"]);
+  EXPECT_EQ(run_json(mpirun(3, Net::Tcp) + greedy(m))["ids"], one["ids"]);
+  EXPECT_EQ(run_json(mpirun(4, Net::Shm) + greedy(m) + " --pp 2")["ids"], one["ids"]);
+  // experts streamed from disk by each process, its rows of each expert (cache of one expert per layer)
+  EXPECT_EQ(run_json(mpirun(2, Net::Shm) + greedy(m) + " --expert-cache 1K")["ids"], one["ids"]);
+}
+
+TEST(Mpi, PerplexityAndChatIdentical) {
+  const std::string m = quant_model(), text = temp_path("text.txt");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; ++i) f << "the lighthouse keeper watched the sea " << i << ". ";
+  }
+  const std::string ppl = " perplexity -q -t 1 -c 32 --chunks 3 -m " + m + " -f " + text;
+  std::string one, many;
+  ASSERT_EQ(run_cmd(k3_bin() + ppl, &one, false), 0) << one;
+  ASSERT_EQ(run_cmd(mpirun(3, Net::Shm) + ppl, &many, false), 0) << many;
+  EXPECT_NE(one.find("PPL = "), std::string::npos) << one;
+  EXPECT_EQ(many, one);
+  // k3 chat: the leader reads stdin and writes stdout
+  const std::string chat = " chat -t 1 --temp 0 -n 12 -m " + m + " < " + temp_path("chat.in");
+  {
+    std::ofstream f(temp_path("chat.in"));
+    f << "hello there\nand again\n/quit\n";
+  }
+  ASSERT_EQ(run_cmd(k3_bin() + chat, &one, false), 0) << one;
+  ASSERT_EQ(run_cmd(mpirun(2, Net::Tcp) + chat, &many, false), 0) << many;
+  // the replies, without styles (mpirun's stdout is a terminal) and speeds
+  auto replies = [](const std::string& s) {
+    const std::string plain = std::regex_replace(s, std::regex("\x1B\\[[0-9;]*m"), "");
+    return std::regex_replace(plain, std::regex("[0-9.]+ tok/s"), "tok/s");
+  };
+  EXPECT_NE(replies(one).find("[12 tokens, tok/s"), std::string::npos) << one;
+  EXPECT_EQ(replies(many), replies(one));
+}
+
+// Each process holds its share of the weights: at most 1.25/N of one process's bytes.
+TEST(Mpi, EachProcessHoldsItsShare) {
+  const std::string m = quant_model();
+  const json one = run_json(k3_bin() + greedy(m));
+  ASSERT_EQ(one["ranks"].size(), 1u);
+  const double whole = one["ranks"][0]["weight_bytes"].get<double>();
+  EXPECT_GT(whole, 0);
+  for (int np : {2, 3}) {
+    const json j = run_json(mpirun(np, Net::Shm) + greedy(m));
+    ASSERT_EQ(j["ranks"].size(), static_cast<size_t>(np));
+    double sum = 0;
+    for (int r = 0; r < np; ++r) {
+      const json& e = j["ranks"][r];
+      EXPECT_EQ(e["rank"].get<int>(), r);
+      EXPECT_FALSE(e["host"].get<std::string>().empty());
+      EXPECT_GT(e["rss_bytes"].get<double>(), 0);
+      const double w = e["weight_bytes"].get<double>();
+      EXPECT_LE(w, 1.25 / np * whole) << "rank " << r << " of " << np;
+      sum += w;
+    }
+    EXPECT_GE(sum, whole);  // every weight somewhere (the replicated vectors on every process)
+  }
+}
+
+// The exchanges and bytes of a decoded token, counted by the processes, are what the traffic model
+// of docs/multinode.md says (bytes up to the embedding row, which depends on the token's owner).
+TEST(Mpi, TrafficModelMatchesCountedExchanges) {
+  const std::string m = quant_model();
+  const auto loaded = model::Model::load(m);
+  model::HParams hp = loaded->hparams();
+  struct Case {
+    int np, pp;
+  };
+  for (const Case c : {Case{2, 1}, {3, 1}, {4, 2}}) {
+    const json j = run_json(mpirun(c.np, Net::Shm) + greedy(m) + " --pp " + std::to_string(c.pp));
+    ASSERT_EQ(j["ranks"].size(), static_cast<size_t>(c.np));
+    const int tp = c.np / c.pp;
+    for (int r = 0; r < c.np; ++r) {
+      const json& e = j["ranks"][r];
+      const model::Placement p{r % tp, tp, r / tp, c.pp};
+      const dist::Traffic t = dist::decode_traffic(hp, p, r == 0);
+      const std::string what = "rank " + std::to_string(r) + " of " + std::to_string(c.np) + " (pp " +
+                               std::to_string(c.pp) + ")";
+      EXPECT_EQ(e["tokens"].get<double>(), 23) << what;  // the decoded tokens of 24 generated
+      EXPECT_DOUBLE_EQ(e["messages_per_token"].get<double>(), t.messages()) << what;
+      EXPECT_NEAR(e["bytes_per_token"].get<double>(), t.bytes(), hp.n_embd * 4.0) << what;
+      EXPECT_GT(t.messages(), 1) << what;
+    }
+  }
+}
+
+TEST(Mpi, MismatchedFilesOrKernelsRefused) {
+  const std::string a = f32_model(), b = quant_model(), mp = std::string(K3_MPIEXEC) + " --oversubscribe";
+  std::string out;
+  EXPECT_NE(run_cmd(mp + " -np 1 " + k3_bin() + " logits -m " + a + " --ids 1,2 : -np 1 " + k3_bin() + " logits -m " +
+                        b + " --ids 1,2",
+                    &out),
+            0);
+  EXPECT_NE(out.find("differ in model files"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  // one process on lower kernels (K3_ISA) would compute other bits
+  EXPECT_NE(run_cmd(mp + " -np 1 -x K3_ISA=scalar " + k3_bin() + " logits -m " + a + " --ids 1,2 : -np 1 " + k3_bin() +
+                        " logits -m " + a + " --ids 1,2",
+                    &out),
+            0);
+  EXPECT_NE(out.find("kernels scalar"), std::string::npos) << out;
+  // a file that one process cannot open: the job ends naming it
+  EXPECT_NE(run_cmd(mp + " -np 1 " + k3_bin() + " logits -m " + a + " --ids 1,2 : -np 1 " + k3_bin() + " logits -m " +
+                        temp_path("missing.gguf") + " --ids 1,2",
+                    &out),
+            0);
+  EXPECT_NE(out.find("error on rank 1 of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("missing.gguf"), std::string::npos) << out;
+  // commands that write files run as one process
+  EXPECT_NE(run_cmd(mp + " -np 2 " + k3_bin() + " make-tiny --out " + temp_path("x.gguf"), &out), 0);
+  EXPECT_NE(out.find("runs as one process"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(temp_path("x.gguf")));
+}
+
+// Processes of this test's job: those whose environment carries its tag.
+std::vector<pid_t> tagged(const std::string& tag) {
+  std::vector<pid_t> pids;
+  for (const auto& d : fs::directory_iterator("/proc")) {
+    const std::string name = d.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(d.path() / "environ", std::ios::binary);
+    const std::string env((std::istreambuf_iterator<char>(f)), {});
+    if (env.find("K3_TEST_TAG=" + tag + '\0') != std::string::npos) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+pid_t rank_pid(const std::string& tag, int rank) {
+  for (pid_t p : tagged(tag)) {
+    std::ifstream f("/proc/" + std::to_string(p) + "/environ", std::ios::binary);
+    const std::string env((std::istreambuf_iterator<char>(f)), {});
+    if (env.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos) return p;
+  }
+  return -1;
+}
+
+// Kills rank 1 of 3 in the middle of a generation: every process is gone within 10 s and the
+// job's error names the rank.
+void kill_one_rank(Net net) {
+  const std::string tag = std::to_string(getpid()) + "-" + net_name(net)[0];
+  const std::string out = temp_path("kill" + tag + ".out"), err = temp_path("kill" + tag + ".err");
+  const std::string cmd = "exec " + mpirun(3, net) + " run -t 1 -m " + quant_model() +
+                          " -p hello -n 100000000 --ignore-eos > " + out + " 2> " + err;
+  setenv("K3_TEST_TAG", tag.c_str(), 1);
+  const pid_t job = fork();
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  unsetenv("K3_TEST_TAG");
+  ASSERT_GT(job, 0);
+  // generating: text arrives
+  for (int i = 0; i < 600 && (!fs::exists(out) || fs::file_size(out) < 64); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(fs::file_size(out), 64u) << "no generation started";
+  for (int r : {0, 2}) EXPECT_GT(rank_pid(tag, r), 0) << "rank " << r;
+  const pid_t victim = rank_pid(tag, 1);
+  ASSERT_GT(victim, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  int status = 0;
+  bool ended = false;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    if (!ended && waitpid(job, &status, WNOHANG) == job) ended = true;
+    if (ended && tagged(tag).empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!ended) {
+    kill(job, SIGKILL);
+    waitpid(job, &status, 0);
+  }
+  for (pid_t p : tagged(tag)) kill(p, SIGKILL);
+  EXPECT_TRUE(ended && tagged(tag).empty()) << "still running after " << s << " s (" << net_name(net) << ")";
+  EXPECT_LE(s, 10.0);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job reported success";
+  std::ifstream f(err);
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+  std::printf("[ %s ] all processes gone %.2f s after rank 1 was killed\n", net_name(net), s);
+}
+
+TEST(Mpi, KilledRankEndsEveryProcess) {
+  kill_one_rank(Net::Shm);
+  kill_one_rank(Net::Tcp);
+}
+
+}  // namespace
