@@ -105,13 +105,11 @@ void MpiGroup::announce(std::span<const model::Segment> batch, const model::RunO
     std::lock_guard<std::mutex> lk(mu_);
     ops.swap(state_ops_);
   }
-  std::vector<int64_t>& w = words_;
-  w.assign(1, 0);
   int64_t n_ids = 0;
   for (const model::Segment& s : batch) n_ids += s.n;
-  for (int64_t v : {static_cast<int64_t>(Op::Pass), static_cast<int64_t>(opt.f16_rule), static_cast<int64_t>(ops.size()),
-                    static_cast<int64_t>(batch.size()), n_ids})
-    w.push_back(v);
+  std::vector<int64_t>& w = words_;  // [length, op, f16 rule, counts..., state ops, segments, ids]
+  w.assign({0, static_cast<int64_t>(Op::Pass), static_cast<int64_t>(opt.f16_rule), static_cast<int64_t>(ops.size()),
+            static_cast<int64_t>(batch.size()), n_ids});
   for (const auto& o : ops) w.insert(w.end(), {o.kind, o.a, o.b});
   for (const model::Segment& s : batch)
     w.insert(w.end(), {static_cast<int64_t>(s.state->id()), s.state->n_ctx(), s.state->n_past(), s.n,

@@ -1,4 +1,3 @@
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <fstream>
@@ -63,10 +62,9 @@ void require_same(const char* what, const std::string& value, const std::string&
 }  // namespace
 
 std::unique_ptr<model::Model> load(const std::string& path, int pp) {
-  World& g = world();
   if (pp < 1) fail("--pp must be >= 1 (got %d)", pp);
 #if K3_HAVE_MPI
-  if (g.mpi) {
+  if (World& g = world(); g.mpi) {
     g.group = std::make_unique<MpiGroup>(pp);
     const std::string build = strprintf("k3 built %s %s, kernels %s", __DATE__, __TIME__, isa_name(active_isa()));
     require_same("k3 builds and kernels (their results must agree bit for bit)", build, build,
@@ -84,9 +82,8 @@ std::unique_ptr<model::Model> load(const std::string& path, int pp) {
 }
 
 int follow(const model::Model& m, const model::RunOptions& base) {
-  World& g = world();
 #if K3_HAVE_MPI
-  MpiGroup& grp = *g.group;
+  MpiGroup& grp = *world().group;
   std::map<uint64_t, std::unique_ptr<model::State>> states;  // the leader's, by its ids
   std::vector<std::vector<float>> logits;
   std::vector<model::Segment> batch;
@@ -151,9 +148,9 @@ std::vector<RankStats> stats(const model::Model& m) {
   if (g.mpi) {
     if (g.rank == 0) g.group->send(Op::Stats);
     const Counters& c = g.group->counters();
-    uint64_t secs_ns = static_cast<uint64_t>(c.seconds * 1e9);
-    const std::vector<uint64_t> all =
-        g.group->gather_u64({mine.weight_bytes, mine.rss_bytes, mine.rss_file_bytes, secs_ns, c.messages, c.bytes, c.tokens});
+    const uint64_t ns = static_cast<uint64_t>(c.seconds * 1e9);
+    const std::vector<uint64_t> all = g.group->gather_u64(
+        {mine.weight_bytes, mine.rss_bytes, mine.rss_file_bytes, ns, c.messages, c.bytes, c.tokens});
     std::vector<std::string> hosts;
     g.group->same(g.host, &hosts);
     std::vector<RankStats> out;
