@@ -89,15 +89,6 @@ static int cmd_serve(int argc, char** argv) {
   if (o.cache_snapshot_every < 0) fail("--cache-snapshot-every must be >= 0");
   if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
     fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
-  if (!dist::leader()) {  // under mpirun: the leader serves, this process runs its passes
-    auto m = dist::load(o.model_path, pp);
-    const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
-    auto store = cli::make_expert_store(*m, stream, false, o.parallel * model::state_bytes(m->hparams(), n_ctx));
-    ThreadPool pool(cli::pick_threads(o.threads));
-    model::RunOptions opt{&pool, cli::parse_f16_rule(o.f16_rule), nullptr};
-    opt.experts = store.get();
-    return dist::follow(*m, opt);
-  }
   o.load_model = [pp](const std::string& path) { return dist::load(path, pp); };
   o.make_experts = [stream](const model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
@@ -109,6 +100,15 @@ static int cmd_serve(int argc, char** argv) {
   if (o.http.max_inflight_bytes < o.http.max_body) fail("--max-inflight-mb must be at least --max-body-mb");
   if (o.http.max_connections < 1) fail("--max-connections must be >= 1");
   if (o.http.max_connections_per_ip < 0) fail("--max-connections-per-ip must be >= 0");
+  if (!dist::leader()) {  // under mpirun: the leader serves, this process runs its passes
+    auto m = dist::load(o.model_path, pp);
+    const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
+    auto store = cli::make_expert_store(*m, stream, false, o.parallel * model::state_bytes(m->hparams(), n_ctx));
+    ThreadPool pool(cli::pick_threads(o.threads));
+    model::RunOptions opt{&pool, cli::parse_f16_rule(o.f16_rule), nullptr};
+    opt.experts = store.get();
+    return dist::follow(*m, opt);
+  }
   // Every connection is a descriptor: use the hard limit, and keep the connection limit under it.
   rlimit nofile{};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
