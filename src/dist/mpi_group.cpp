@@ -98,26 +98,41 @@ void MpiGroup::bcast(std::vector<int64_t>& w, bool count) {
   if (!count) cnt_ = before;
 }
 
-void MpiGroup::announce(std::span<const model::Segment> batch, const model::RunOptions& opt) {
+void MpiGroup::announce(std::span<const model::Segment> batch, const model::RunOptions& opt, int64_t n_embd) {
   if (world_rank_ != 0 || world_size_ == 1) return;
   std::vector<Message::StateOp> ops;
   {
     std::lock_guard<std::mutex> lk(mu_);
     ops.swap(state_ops_);
   }
-  int64_t n_ids = 0;
-  for (const model::Segment& s : batch) n_ids += s.n;
-  std::vector<int64_t>& w = words_;  // [length, op, f16 rule, counts..., state ops, segments, ids]
+  int64_t n_ids = 0, n_rows = 0, n_values = 0;
+  for (const model::Segment& s : batch) {
+    n_ids += s.n, n_rows += static_cast<int64_t>(s.rows.size());
+    for (const model::InputRows& r : s.rows) n_values += r.n * n_embd;
+  }
+  row_data_.clear();
+  std::vector<int64_t>& w = words_;  // [length, op, f16 rule, counts..., state ops, segments, rows, ids]
   w.assign({0, static_cast<int64_t>(Op::Pass), static_cast<int64_t>(opt.f16_rule), static_cast<int64_t>(ops.size()),
-            static_cast<int64_t>(batch.size()), n_ids});
+            static_cast<int64_t>(batch.size()), n_rows, n_ids, n_values});
   for (const auto& o : ops) w.insert(w.end(), {o.kind, o.a, o.b});
   for (const model::Segment& s : batch)
     w.insert(w.end(), {static_cast<int64_t>(s.state->id()), s.state->n_ctx(), s.state->n_past(), s.n,
                        static_cast<int64_t>(s.want)});
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (const model::InputRows& r : batch[i].rows) {
+      w.insert(w.end(), {static_cast<int64_t>(i), r.at, r.n});
+      row_data_.insert(row_data_.end(), r.data, r.data + r.n * n_embd);
+    }
   for (const model::Segment& s : batch) w.insert(w.end(), s.ids, s.ids + s.n);
   w[0] = static_cast<int64_t>(w.size()) - 1;
   cnt_.tokens += static_cast<uint64_t>(n_ids);
   bcast(w, true);
+  if (row_data_.empty()) return;
+  const auto t0 = Clock::now();
+  MPI_Request r;
+  MPI_Ibcast(row_data_.data(), as_count(row_data_.size(), "input rows"), MPI_FLOAT, 0, MPI_COMM_WORLD, &r);
+  wait(r, false);
+  add_time(t0);
 }
 
 void MpiGroup::send(Op op) {
@@ -148,13 +163,21 @@ void MpiGroup::receive(Message& m) {
   }
   size_t i = 1;
   m.op = static_cast<Op>(w[i++]);
-  m.state_ops.clear(), m.segs.clear(), m.ids.clear();
+  m.state_ops.clear(), m.segs.clear(), m.rows.clear(), m.ids.clear();
   m.f16_rule = w[i++];
-  const int64_t n_ops = w[i++], n_seg = w[i++], n_ids = w[i++];
+  const int64_t n_ops = w[i++], n_seg = w[i++], n_rows = w[i++], n_ids = w[i++], n_values = w[i++];
   for (int64_t k = 0; k < n_ops; ++k, i += 3) m.state_ops.push_back({w[i], w[i + 1], w[i + 2]});
   for (int64_t k = 0; k < n_seg; ++k, i += 5) m.segs.push_back({w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4]});
+  for (int64_t k = 0; k < n_rows; ++k, i += 3) m.rows.push_back({w[i], w[i + 1], w[i + 2]});
   for (int64_t k = 0; k < n_ids; ++k) m.ids.push_back(static_cast<int32_t>(w[i++]));
   cnt_.tokens += static_cast<uint64_t>(n_ids);
+  m.row_data.resize(static_cast<size_t>(n_values));
+  if (n_values == 0) return;
+  const auto t0 = Clock::now();
+  MPI_Ibcast(m.row_data.data(), as_count(m.row_data.size(), "input rows"), MPI_FLOAT, 0, MPI_COMM_WORLD, &r);
+  wait(r, false);
+  add_time(t0);
+  cnt_.bytes += m.row_data.size() * sizeof(float);
 }
 
 uint64_t MpiGroup::created() {

@@ -22,8 +22,8 @@
 namespace k3::dist {
 
 // What the leader sends the others, as int64 words: a header, the state operations since the last
-// message (copies and ends of states), then each segment (state id, context, position, tokens,
-// logits wanted) and the token ids.
+// message (copies and ends of states), each segment (state id, context, position, tokens, logits
+// wanted), the input rows' places, the token ids; then, if there are input rows, their values.
 enum class Op : int64_t { Pass = 1, Stats = 2, Quit = 3 };
 struct Message {
   Op op = Op::Quit;
@@ -34,9 +34,14 @@ struct Message {
   struct Seg {
     int64_t id, n_ctx, n_past, n, want;
   };
+  struct Rows {
+    int64_t seg, at, n;  // model::InputRows of segment `seg`, its values next in row_data
+  };
   std::vector<StateOp> state_ops;
   std::vector<Seg> segs;
+  std::vector<Rows> rows;
   std::vector<int32_t> ids;
+  std::vector<float> row_data;  // [rows][n_embd]
 };
 
 struct Counters {
@@ -52,7 +57,7 @@ class MpiGroup final : public model::Group, public model::StateMirror {
   // model::Group
   const model::Placement& placement() const override { return place_; }
   model::StateMirror* states() override { return world_rank_ == 0 ? this : nullptr; }
-  void announce(std::span<const model::Segment> batch, const model::RunOptions& opt) override;
+  void announce(std::span<const model::Segment> batch, const model::RunOptions& opt, int64_t n_embd) override;
   void gather(std::span<const model::Slice> parts, int64_t T) override;
   void gather_lookup(float* x, const int32_t* ids, int64_t T, int64_t H, int64_t V) override;
   void gather_logits(float* out, int64_t local, int64_t R, int64_t V) override;
@@ -93,6 +98,7 @@ class MpiGroup final : public model::Group, public model::StateMirror {
   std::vector<float> buf_, pack_;
   std::vector<int> counts_, displs_;
   std::vector<int64_t> words_;
+  std::vector<float> row_data_;  // the leader's input rows of a pass
   struct Pending {  // a send in flight and its buffer
     MPI_Request req;
     std::vector<float> data;

@@ -86,6 +86,7 @@ int follow(const model::Model& m, const model::RunOptions& base) {
   MpiGroup& grp = *world().group;
   std::map<uint64_t, std::unique_ptr<model::State>> states;  // the leader's, by its ids
   std::vector<std::vector<float>> logits;
+  std::vector<std::vector<model::InputRows>> rows;  // per segment, into msg.row_data
   std::vector<model::Segment> batch;
   Message msg;
   model::RunOptions opt = base;
@@ -109,6 +110,12 @@ int follow(const model::Model& m, const model::RunOptions& base) {
       }
       batch.clear();
       logits.resize(std::max(logits.size(), msg.segs.size()));
+      rows.assign(msg.segs.size(), {});
+      const float* values = msg.row_data.data();
+      for (const Message::Rows& r : msg.rows) {
+        rows[static_cast<size_t>(r.seg)].push_back({r.at, r.n, values});
+        values += r.n * m.hparams().n_embd;
+      }
       size_t at = 0;
       for (size_t i = 0; i < msg.segs.size(); ++i) {
         const Message::Seg& s = msg.segs[i];
@@ -122,7 +129,7 @@ int follow(const model::Model& m, const model::RunOptions& base) {
                  static_cast<long long>(s.id), static_cast<long long>(st->n_past()), static_cast<long long>(s.n_past));
           st->reset();
         }
-        batch.push_back({st.get(), msg.ids.data() + at, s.n, static_cast<model::Logits>(s.want), &logits[i]});
+        batch.push_back({st.get(), msg.ids.data() + at, s.n, static_cast<model::Logits>(s.want), &logits[i], rows[i]});
         at += static_cast<size_t>(s.n);
       }
       opt.f16_rule = static_cast<model::F16Rule>(msg.f16_rule);

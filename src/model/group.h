@@ -31,8 +31,9 @@ class Group {
   // Copies and ends of the leader's states, for the others (null on them).
   virtual StateMirror* states() = 0;
   // Model::forward, once the batch is checked: the leader (the process that talks to the user)
-  // sends the batch to the others, which run what they receive (dist::follow).
-  virtual void announce(std::span<const Segment> batch, const RunOptions& opt) = 0;
+  // sends the batch (with its input rows of n_embd values) to the others, which run what they
+  // receive (dist::follow).
+  virtual void announce(std::span<const Segment> batch, const RunOptions& opt, int64_t n_embd) = 0;
   // Every process of the tensor-parallel group gets the full rows of every part, in one exchange
   // (every process passes the same parts; nothing moves in a group of one).
   virtual void gather(std::span<const Slice> parts, int64_t T) = 0;

@@ -121,7 +121,7 @@ void Model::forward(std::span<const Segment> batch, const RunOptions& opt) const
     T += sg.n;
   }
   if (!group_) return run(batch, segs, opt);
-  group_->announce(batch, opt);
+  group_->announce(batch, opt, hp_.n_embd);
   try {
     run(batch, segs, opt);
   } catch (const std::exception& e) {

@@ -1,24 +1,28 @@
 // `k3 serve` as two processes under mpirun against `k3 serve` as one, through the official `openai`
 // client: the same completions (greedy and seeded sampling, chat and text, streamed and not, two
-// at once so they share batched passes); then SIGTERM to mpirun stops the leader's server
-// gracefully and every process ends.
+// at once so they share batched passes, an image whose rows the leader sends the others); then
+// SIGTERM to mpirun stops the leader's server gracefully and every process ends.
 //
 //   node tests/dist/serve_mpi.mjs --k3 build/bin/k3 [--mpirun mpirun]
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
+import path from "node:path";
 import * as L from "../server/lib.mjs";
 
 const { assert, eq, test } = L;
 const opt = L.args();
 const mpirun = opt.mpirun || "mpirun";
 const dir = L.tmpdir();
-const modelPath = L.makeTinyModel(opt.k3, dir);
+const modelPath = path.join(dir, "tiny.gguf");
+execFileSync(opt.k3, ["make-tiny", "-q", "--out", modelPath, "--vision"], { stdio: "inherit" });
+const mmproj = path.join(dir, "mmproj-tiny.gguf");
 // CI runs as root; Open MPI refuses that unless told (docs/multinode.md).
 const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1" };
 
 // Starts a server (cmd: the program and its arguments before `serve`); resolves once it listens.
 function start(cmd) {
   return new Promise((resolve, reject) => {
-    const args = [...cmd.slice(1), "serve", "-m", modelPath, "--host", "127.0.0.1", "--port", "0", "-t", "1", "-P", "2"];
+    const args = [...cmd.slice(1), "serve", "-m", modelPath, "--mmproj", mmproj, "--host", "127.0.0.1", "--port", "0",
+                  "-t", "1", "-P", "2"];
     const proc = spawn(cmd[0], args, { stdio: ["ignore", "ignore", "pipe"], env });
     let log = "";
     const timer = setTimeout(() => reject(new Error("server did not start:\n" + log)), 60000);
@@ -91,6 +95,16 @@ test("two requests at once (one batched pass per step) agree with one process", 
     Promise.all(prompts.map((p) => chat([{ role: "user", content: p }], { max_tokens: 16 })(c))),
   );
   for (let i = 0; i < prompts.length; i++) eq(b[i].choices[0].message, a[i].choices[0].message, "reply " + i);
+});
+
+test("an image: its rows replace the pads' embeddings on every process", async () => {
+  const url = "data:image/png;base64," + L.png(64, 48).toString("base64");
+  const msgs = [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url } }] }];
+  const [a, b] = await both(chat(msgs, { max_tokens: 16 }));
+  const [t] = await both(chat([{ role: "user", content: "What is this?" }], { max_tokens: 1 }));
+  assert(a.usage.prompt_tokens > t.usage.prompt_tokens + 4, "the image's rows are in the prompt");
+  eq(b.choices[0].message, a.choices[0].message, "message");
+  eq(b.usage, a.usage, "usage");
 });
 
 await L.run("dist serve", async () => {

@@ -9,8 +9,7 @@ import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
-import zlib from "node:zlib";
-import { args, tmpdir, startServer, client, postJson, test, run, assert, eq, root } from "./lib.mjs";
+import { args, tmpdir, startServer, client, postJson, test, run, assert, eq, root, png } from "./lib.mjs";
 
 const Anthropic = (await import(createRequire(path.join(root, "tests/node/package.json")).resolve("@anthropic-ai/sdk"))).default;
 
@@ -20,35 +19,6 @@ const model = path.join(dir, "tiny.gguf");
 execFileSync(a.k3, ["make-tiny", "-q", "--out", model, "--vision"], { stdio: "inherit" });
 const mmproj = path.join(dir, "mmproj-tiny.gguf");
 
-// A PNG written here (RGB, filter 0), so the test owns its image.
-function crc32(buf) {
-  let c = ~0;
-  for (const b of buf) {
-    c ^= b;
-    for (let k = 0; k < 8; k++) c = (c >>> 1) ^ (0xedb88320 & -(c & 1));
-  }
-  return ~c >>> 0;
-}
-function chunk(type, data) {
-  const len = Buffer.alloc(4);
-  len.writeUInt32BE(data.length);
-  const td = Buffer.concat([Buffer.from(type), data]);
-  const crc = Buffer.alloc(4);
-  crc.writeUInt32BE(crc32(td));
-  return Buffer.concat([len, td, crc]);
-}
-function png(w, h) {
-  const raw = Buffer.alloc((w * 3 + 1) * h);
-  for (let y = 0; y < h; y++)
-    for (let x = 0; x < w; x++) for (let c = 0; c < 3; c++) raw[y * (w * 3 + 1) + 1 + x * 3 + c] = (x * 7 + y * 13 + c * 50) & 255;
-  const ihdr = Buffer.alloc(13);
-  ihdr.writeUInt32BE(w, 0);
-  ihdr.writeUInt32BE(h, 4);
-  ihdr[8] = 8;
-  ihdr[9] = 2;
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk("IHDR", ihdr),
-                        chunk("IDAT", zlib.deflateSync(raw)), chunk("IEND", Buffer.alloc(0))]);
-}
 const PNG = png(100, 60);
 const pngFile = path.join(dir, "img.png");
 fs.writeFileSync(pngFile, PNG);
