@@ -113,6 +113,10 @@ static int cmd_chat(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (dist::active()) {
+    if (!session.empty()) fail("--session: %s", cli::kNoCacheUnderMpi);
+    cache_ram = "0";
+  }
   const Style st{isatty(STDOUT_FILENO) != 0};
   const bool interactive = isatty(STDIN_FILENO) != 0;
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();

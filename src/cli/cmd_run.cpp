@@ -73,6 +73,7 @@ static int cmd_run(int argc, char** argv) {
     return app.exit(e);
   }
   if (n_predict < 0) fail("-n must be >= 0");
+  if (dist::active() && !prompt_cache.empty()) fail("--prompt-cache: %s", cli::kNoCacheUnderMpi);
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   const auto t_load = Clock::now();

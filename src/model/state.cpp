@@ -26,6 +26,21 @@ State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mi
   reset();
 }
 
+State::State(const HParams& hp, int64_t n_ctx) : n_ctx_(n_ctx) {
+  if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
+  dims_.resize(hp.n_layer);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    Dims& d = dims_[il];
+    if (hp.attn_kind(il) == AttnKind::KDA) {
+      d.conv = 3 * static_cast<size_t>(hp.d_inner(il)) * (hp.ssm_d_conv - 1);
+      d.rec = static_cast<size_t>(hp.n_head[il]) * hp.kda_head_dim * hp.kda_head_dim;
+    } else {
+      d.kv_row = hp.mla_row();
+    }
+  }
+  reset();
+}
+
 State::State(const State& o)
     : layers(o.layers), dims_(o.dims_), n_ctx_(o.n_ctx_), n_past_(o.n_past_), mirror_(o.mirror_) {
   for (size_t il = 0; il < layers.size(); ++il) layers[il].kv.reserve(o.layers[il].kv.capacity());
@@ -96,9 +111,9 @@ void State::set_n_past(int64_t n) {
   if (n < 0 || n > n_ctx_)
     fail("a restored sequence of %lld tokens does not fit the context of %lld", static_cast<long long>(n),
          static_cast<long long>(n_ctx_));
-  for (uint32_t il = 0; il < hp_.n_layer; ++il)
-    if (hp_.attn_kind(il) == AttnKind::MLA && layers[il].kv.size() != static_cast<size_t>(n) * hp_.mla_row())
-      fail("layer %u: the restored MLA cache holds %zu values, not %lld rows", il, layers[il].kv.size(),
+  for (size_t il = 0; il < dims_.size(); ++il)
+    if (dims_[il].kv_row > 0 && layers[il].kv.size() != static_cast<size_t>(n) * dims_[il].kv_row)
+      fail("layer %zu: the restored MLA cache holds %zu values, not %lld rows", il, layers[il].kv.size(),
            static_cast<long long>(n));
   n_past_ = n;
 }

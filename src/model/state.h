@@ -35,6 +35,8 @@ class State {
   // The state of the layers this process holds (weights bound by the loader: its pipeline stage,
   // its heads), for up to n_ctx tokens. Model::new_state is the usual way to make one.
   State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror = nullptr);
+  // The whole state of every layer (one process holding the whole model), without a model.
+  State(const HParams& hp, int64_t n_ctx);
   State(const State& o);
   State(State&& o) noexcept;
   State& operator=(const State& o);

@@ -190,7 +190,8 @@ TEST(Mpi, PerplexityAndChatIdentical) {
     std::ofstream f(temp_path("chat.in"));
     f << "hello there\nand again\n/quit\n";
   }
-  ASSERT_EQ(run_cmd(k3_bin() + chat, &one, false), 0) << one;
+  // the prompt cache is off under mpirun (cli::kNoCacheUnderMpi): the one process runs without it too
+  ASSERT_EQ(run_cmd(k3_bin() + chat + " --cache-ram 0", &one, false), 0) << one;
   ASSERT_EQ(run_cmd(mpirun(2, Net::Tcp) + chat, &many, false), 0) << many;
   // the replies, without styles (mpirun's stdout is a terminal) and speeds
   auto replies = [](const std::string& s) {
@@ -278,6 +279,10 @@ TEST(Mpi, MismatchedFilesOrKernelsRefused) {
   EXPECT_NE(run_cmd(mp + " -np 2 " + k3_bin() + " make-tiny --out " + temp_path("x.gguf"), &out), 0);
   EXPECT_NE(out.find("runs as one process"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(temp_path("x.gguf")));
+  // the prompt cache would copy only the leader's share of a state: refused, never half-restored
+  EXPECT_NE(run_cmd(mp + " -np 2 " + k3_bin() + " run -m " + a + " -n 2 --prompt-cache " + temp_path("pc.k3pc"), &out), 0);
+  EXPECT_NE(out.find("prompt cache is not supported under mpirun"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(temp_path("pc.k3pc")));
 }
 
 // Processes of this test's job: those whose environment carries its tag.
