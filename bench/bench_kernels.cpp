@@ -34,8 +34,8 @@ constexpr int64_t kRow = 7168;  // K3 hidden size: one row in L1/L2
 
 std::vector<Isa> isas() {
   std::vector<Isa> v;
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (i <= cpu_best_isa()) v.push_back(i);
+  for (Isa i : kAllIsas)
+    if (isa_supported(i)) v.push_back(i);
   return v;
 }
 

@@ -26,7 +26,8 @@ size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int
   bool done = false;
   switch (active_isa()) {
     case Isa::Avx512: done = avx512::quantize_rows(id, src, dst, nrows, n_per_row, imatrix); break;
-    case Isa::Avx2: done = avx2::quantize_rows(id, src, dst, nrows, n_per_row, imatrix); break;
+    case Isa::Avx2:
+    case Isa::AvxVnni: done = avx2::quantize_rows(id, src, dst, nrows, n_per_row, imatrix); break;
     default: break;
   }
   if (!done) return ref::quantize_rows(t, src, dst, nrows, n_per_row, imatrix);

@@ -7,11 +7,12 @@
 namespace k3 {
 
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa) {
-  const Isa best = cpu_best_isa();
-  if (isa > best) isa = best;
-  if (isa == Isa::Avx512) return detail::gemm_kernel_avx512(t);
-  if (isa == Isa::Avx2) return detail::gemm_kernel_avx2(t);
-  return nullptr;
+  switch (usable_isa(isa)) {
+    case Isa::Avx512: return detail::gemm_kernel_avx512(t);
+    case Isa::AvxVnni: return detail::gemm_kernel_avxvnni(t);
+    case Isa::Avx2: return detail::gemm_kernel_avx2(t);
+    default: return nullptr;
+  }
 }
 
 void gemm_rows(GgmlType t, int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* a,

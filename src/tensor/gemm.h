@@ -24,11 +24,15 @@ struct GemmKernel {
   // 0). n is a positive multiple of the weight and vec_dot_type block sizes.
   void (*run)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* packed,
               size_t p_stride, int64_t n_tok, float* y, int64_t ldy);
+  // Decode, where it beats vec_dot on the vec_dot_type row: *y = vec_dot(n, w, activation) for one
+  // weight row, the activation packed as for run. Null: decode uses vec_dot.
+  void (*row)(int64_t n, const void* w, const void* packed, float* y) = nullptr;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
 // per-(row, token) vec_dot is the product). Tiled today: AVX-512 for F32, F16, BF16, Q8_0, Q4_0,
-// Q5_0, IQ4_NL, MXFP4 and Q2_K..Q6_K; AVX2 for the same quantized types.
+// Q5_0, IQ4_NL, MXFP4 and Q2_K..Q6_K; AVX2 and AVX-VNNI for the same quantized types, with decode
+// rows for the 32-element block types.
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,
@@ -41,6 +45,7 @@ void gemm_rows(GgmlType t, int64_t n, const void* w, size_t w_stride, int64_t n_
 namespace detail {
 const GemmKernel* gemm_kernel_avx512(GgmlType t);  // gemm_avx512.cpp
 const GemmKernel* gemm_kernel_avx2(GgmlType t);    // gemm_avx2.cpp
+const GemmKernel* gemm_kernel_avxvnni(GgmlType t); // gemm_avxvnni.cpp
 }  // namespace detail
 
 }  // namespace k3

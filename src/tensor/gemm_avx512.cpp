@@ -260,56 +260,11 @@ struct QuantGemm {
 
 // ---- Q5_0 against Q8_0 (the K-quant fallback for rows that do not divide 256) ------------------
 //
-// vec_dot_q5_0 (simd256_dot.inc, sum_blocks) converts block i's 8 int32 lanes (each the Σ of 4 code
-// products) to float and fuses them with d_w·d_a into acc0 for even i, acc1 for odd i, then takes
-// hsum(acc0 + acc1). The tile holds acc0 | acc1 as the halves of one 512-bit register and forms
-// the same lanes another way: (code + 16)·a by dpbusd, minus 16·Σa per lane (the activation's
-// part, once per token); a last odd block updates the low half only.
+// Its vec_dot is the 256-bit one (simd256_block32.inc), so its tile is the 256-bit tile too,
+// compiled here with the AVX-512 VL forms.
 
-struct Q50Gemm {
-  static constexpr int kRows = 2, kCols = 4;
-  static __m256i codes16(const block_q5_0& b) {  // code + 16 in [0, 31]
-    const __m256i hb = bits_to_bytes(load_u32(b.qh));
-    const __m256i w = _mm256_or_si256(nibbles32(b.qs), _mm256_andnot_si256(hb, _mm256_set1_epi8(static_cast<char>(0xF0))));
-    return _mm256_add_epi8(w, _mm256_set1_epi8(16));
-  }
-  static __m512 halves(float lo, float hi) { return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1); }
-
-  template <int R, int C>
-  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
-    const int64_t nb = n / QK;
-    const __m512i zero = _mm512_setzero_si512(), sixteen = _mm512_set1_epi8(16);
-    __m512 acc[R][C];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    // Blocks i and i + 1 (two) or block i alone.
-    auto step = [&](int64_t i, bool two) __attribute__((always_inline)) {
-      const __mmask16 mask = two ? 0xFFFF : 0x00FF;
-      __m512i u[R];
-      __m512 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const auto* x = reinterpret_cast<const block_q5_0*>(w + r * ws) + i;
-        u[r] = two ? join256(codes16(x[0]), codes16(x[1])) : _mm512_castsi256_si512(codes16(x[0]));
-        dw[r] = halves(h2f(x[0].d), two ? h2f(x[1].d) : 0.0f);
-      }
-      for (int c = 0; c < C; ++c) {
-        const auto* a = reinterpret_cast<const block_q8_0*>(p + c * ps) + i;
-        const __m512i av = two ? pair256(a[0].qs, a[1].qs) : _mm512_castsi256_si512(load256(a[0].qs));
-        const __m512 da = halves(h2f(a[0].d), two ? h2f(a[1].d) : 0.0f);
-        const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, sixteen, av));
-        for (int r = 0; r < R; ++r) {
-          const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg, u[r], av));
-          acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw[r], da), isum, acc[r][c], mask);
-        }
-      }
-    };
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) step(i, true);
-    if (i < nb) step(i, false);
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum512(acc[r][c]);
-  }
-};
+#include "tensor/simd256_block32.inc"
+#include "tensor/gemm_block32.inc"
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
@@ -447,7 +402,7 @@ constexpr GemmKernel kQ80 = packed_q8<QuantGemm<Q80W>>();
 constexpr GemmKernel kQ40 = packed_q8<QuantGemm<Q40W>>();
 constexpr GemmKernel kIq4nl = packed_q8<QuantGemm<Iq4nlW>>();
 constexpr GemmKernel kMxfp4 = packed_q8<QuantGemm<Mxfp4W>>();
-constexpr GemmKernel kQ50 = unpacked<Q50Gemm>();
+constexpr GemmKernel kQ50 = block32_kernel<Q50B>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();

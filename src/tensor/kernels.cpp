@@ -24,47 +24,57 @@ uint64_t xgetbv0() {
 
 bool bit(uint32_t r, int b) { return (r >> b) & 1; }
 
-// The AVX2 files are compiled with AVX2+FMA+F16C+BMI2, the AVX-512 files additionally with
-// AVX-512 F/BW/DQ/VL/VNNI/BF16; each level needs all of them and the OS saving the registers.
-Isa detect_isa() {
+// The AVX2 files are compiled with AVX2+FMA+F16C+BMI2, the AVX-VNNI files additionally with
+// AVX-VNNI, the AVX-512 files with AVX-512 F/BW/DQ/VL/VNNI/BF16 on top of AVX2; each level needs all
+// of them and the OS saving the registers. Bit i of the result: level i is supported.
+unsigned detect_isas() {
   uint32_t a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return Isa::Scalar;
+  unsigned levels = 1u << static_cast<int>(Isa::Scalar);
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return levels;
   const bool osxsave = bit(c, 27), avx = bit(c, 28), fma = bit(c, 12), f16c = bit(c, 29);
-  if (!osxsave || !avx) return Isa::Scalar;
+  if (!osxsave || !avx) return levels;
   const uint64_t xcr0 = xgetbv0();
-  if ((xcr0 & 0x6) != 0x6) return Isa::Scalar;  // XMM and YMM state
+  if ((xcr0 & 0x6) != 0x6) return levels;  // XMM and YMM state
   uint32_t b7 = 0, c7 = 0, d7 = 0, a71 = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b7, &c7, &d7)) return Isa::Scalar;
+  if (!__get_cpuid_count(7, 0, &a, &b7, &c7, &d7)) return levels;
   uint32_t unused;
   if (a >= 1) __get_cpuid_count(7, 1, &a71, &unused, &unused, &unused);
   const bool avx2 = bit(b7, 5), bmi2 = bit(b7, 8);
-  if (!(avx2 && fma && f16c && bmi2)) return Isa::Scalar;
+  if (!(avx2 && fma && f16c && bmi2)) return levels;
+  levels |= 1u << static_cast<int>(Isa::Avx2);
+  if (bit(a71, 4)) levels |= 1u << static_cast<int>(Isa::AvxVnni);
   const bool zmm_state = (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM0-15 upper halves, ZMM16-31
   const bool avx512 = bit(b7, 16) && bit(b7, 17) && bit(b7, 30) && bit(b7, 31) &&  // F DQ BW VL
                       bit(c7, 11) && bit(a71, 5);                                   // VNNI BF16
-  return zmm_state && avx512 ? Isa::Avx512 : Isa::Avx2;
+  if (zmm_state && avx512) levels |= 1u << static_cast<int>(Isa::Avx512);
+  return levels;
+}
+
+unsigned supported_levels() {
+  static const unsigned levels = detect_isas();
+  return levels;
 }
 
 Isa parse_isa_env(Isa best) {
   const char* v = std::getenv("K3_ISA");
   if (!v || !*v) return best;
-  Isa want;
-  if (!std::strcmp(v, "scalar")) want = Isa::Scalar;
-  else if (!std::strcmp(v, "avx2")) want = Isa::Avx2;
-  else if (!std::strcmp(v, "avx512")) want = Isa::Avx512;
-  else fail("K3_ISA=%s: expected scalar, avx2 or avx512", v);
-  return want < best ? want : best;
+  for (Isa i : kAllIsas)
+    if (!std::strcmp(v, isa_name(i))) return usable_isa(i);
+  fail("K3_ISA=%s: expected scalar, avx2, avxvnni or avx512", v);
 }
 
+// Each table starts as a copy of the one below (AVX-512's of AVX2's: it does not need AVX-VNNI).
 struct Tables {
-  detail::KernelTable t[3];
+  detail::KernelTable t[4];
   Tables() {
     std::memset(static_cast<void*>(t), 0, sizeof(t));
     detail::register_scalar_kernels(t[0]);
     std::memcpy(static_cast<void*>(t[1]), t[0], sizeof(t[0]));
     detail::register_avx2_kernels(t[1]);
     std::memcpy(static_cast<void*>(t[2]), t[1], sizeof(t[1]));
-    detail::register_avx512_kernels(t[2]);
+    detail::register_avxvnni_kernels(t[2]);
+    std::memcpy(static_cast<void*>(t[3]), t[1], sizeof(t[1]));
+    detail::register_avx512_kernels(t[3]);
   }
 };
 
@@ -81,15 +91,20 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
+    case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx512: return "avx512";
   }
   return "?";
 }
 
-Isa cpu_best_isa() {
-  static const Isa best = detect_isa();
-  return best;
+bool isa_supported(Isa isa) { return (supported_levels() >> static_cast<int>(isa)) & 1; }
+
+Isa usable_isa(Isa isa) {
+  while (!isa_supported(isa)) isa = static_cast<Isa>(static_cast<int>(isa) - 1);
+  return isa;
 }
+
+Isa cpu_best_isa() { return usable_isa(Isa::Avx512); }
 
 Isa active_isa() {
   int a = g_active.load(std::memory_order_relaxed);
@@ -100,10 +115,7 @@ Isa active_isa() {
   return static_cast<Isa>(a);
 }
 
-void set_isa(Isa isa) {
-  const Isa best = cpu_best_isa();
-  g_active.store(static_cast<int>(isa < best ? isa : best), std::memory_order_relaxed);
-}
+void set_isa(Isa isa) { g_active.store(static_cast<int>(usable_isa(isa)), std::memory_order_relaxed); }
 
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 
@@ -112,8 +124,7 @@ const QuantKernels& kernels(GgmlType t, Isa isa) {
   const TypeInfo* ti = type_info(id);
   if (!ti || !ti->computable || id >= static_cast<uint32_t>(detail::kTypeSlots))
     fail("no kernels for ggml type %u (%s)", id, ti ? ti->name : "unknown");
-  const Isa best = cpu_best_isa();
-  return tables().t[static_cast<int>(isa < best ? isa : best)][id];
+  return tables().t[static_cast<int>(usable_isa(isa))][id];
 }
 
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row,

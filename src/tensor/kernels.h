@@ -8,11 +8,19 @@
 
 namespace k3 {
 
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Kernel levels, each a superset of the one before except that AVX-512 does not need AVX-VNNI
+// (the VEX encoding of the 256-bit VNNI instructions; AVX-512 has its own): avxvnni is AVX2 plus
+// AVX-VNNI, the level of CPUs such as Alder Lake, and on an AVX-512 CPU that lacks AVX-VNNI
+// (Ice Lake, Zen 4) a request for it gets avx2.
+enum class Isa { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3 };
+constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512};
 const char* isa_name(Isa isa);
-Isa cpu_best_isa();  // what this CPU supports
+Isa cpu_best_isa();         // what this CPU supports
+bool isa_supported(Isa isa);  // whether this CPU runs the level
+// The supported level at or below isa.
+Isa usable_isa(Isa isa);
 // The ISA in use: the best supported, lowered by the environment variable K3_ISA
-// (scalar|avx2|avx512) or by set_isa(); never above what the CPU supports.
+// (scalar|avx2|avxvnni|avx512) or by set_isa(); never above what the CPU supports.
 Isa active_isa();
 void set_isa(Isa isa);
 

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "tensor/blocks.h"
 #include "tensor/kernels_impl.h"

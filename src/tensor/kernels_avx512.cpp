@@ -6,6 +6,7 @@
 #include "tensor/avx512.h"
 
 #include <cstring>
+#include <utility>
 
 #include "tensor/blocks.h"
 #include "tensor/kernels_impl.h"
@@ -26,18 +27,6 @@ inline float hsum512(__m512 v) {
   return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
-// Prefetches the lines of a weight stream up to `upto` + kDotPrefetchBytes, from `pf` on (a line
-// address, advanced). Called once per step of a dot so that only a few lines are requested at a
-// time: a whole row in one burst fills the line-fill buffers and stalls (docs/performance.md).
-inline void prefetch_ahead(uintptr_t& pf, const void* upto) {
-  const uintptr_t end = reinterpret_cast<uintptr_t>(upto) + kDotPrefetchBytes;
-  for (; pf < end; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-}
-// The first line address a dot prefetches: the previous row's dot already covered the lines before.
-inline uintptr_t prefetch_start(const void* x) {
-  return (reinterpret_cast<uintptr_t>(x) + kDotPrefetchBytes) & ~uintptr_t{63};
-}
-
 // ---- float types ------------------------------------------------------------------------------
 
 inline __m512 load16_f32(const void* p, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(p) + i); }
@@ -46,10 +35,10 @@ inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load
 template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), int kElt>
 void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  uintptr_t pf = prefetch_start(x);
+  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    prefetch_ahead(pf, static_cast<const uint8_t*>(x) + (i + 64) * kElt);
+    prefetch_ahead<kDotPrefetchBytes>(pf, static_cast<const uint8_t*>(x) + (i + 64) * kElt);
     acc0 = _mm512_fmadd_ps(load16(x, i), load16(y, i), acc0);
     acc1 = _mm512_fmadd_ps(load16(x, i + 16), load16(y, i + 16), acc1);
     acc2 = _mm512_fmadd_ps(load16(x, i + 32), load16(y, i + 32), acc2);
@@ -73,8 +62,10 @@ void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const uint16_t*>(vx);
   const auto* y = static_cast<const uint16_t*>(vy);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    prefetch_ahead<kDotPrefetchBytes>(pf, x + i + 64);
     acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
     acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)load512(x + i + 32), (__m512bh)load512(y + i + 32));
   }
@@ -94,10 +85,10 @@ float sum_groups16(int64_t nb, const Block* x, const block_q8_0* y,
                    void (*dot256)(int64_t, float*, const void*, const void*), Scales&& scales16, Isum2&& isum2) {
   const __m512i idx0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  uintptr_t pf = prefetch_start(x);
+  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   int64_t i = 0;
   for (; i + 15 < nb; i += 16) {
-    prefetch_ahead(pf, x + i + 16);
+    prefetch_ahead<kDotPrefetchBytes>(pf, x + i + 16);
     const __m512 sc = scales16(i);
     __m512i idx = idx0;  // [s_2k x8 | s_2k+1 x8] for the pair k
     for (int k = 0; k < 16; k += 4) {
@@ -184,7 +175,9 @@ void vec_dot_q4_K_512(int64_t n, float* s, const void* vx, const void* vy) {
   const __m512i sel_hi = _mm512_add_epi8(sel_lo, _mm512_set1_epi8(2));
   const __m512i step = _mm512_set1_epi8(8);  // four scale words further for h = 1
   KqSum ks;
+  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   for (int64_t i = 0; i < n / QK_K; ++i) {
+    prefetch_ahead<kDotPrefetchBytes>(pf, x + i + 1);
     const __m128i sm = q4k_scales(x[i].scales);
     const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
@@ -269,7 +262,6 @@ void register_avx512_kernels(KernelTable& t) {
   dot(T::IQ4_NL) = vec_dot_nibble512<Iq4nlTraits>;
   dot(T::MXFP4) = vec_dot_nibble512<Mxfp4Traits>;
   dot(T::Q4_K) = vec_dot_q4_K_512;
-  for (T type : {T::F32, T::F16, T::Q8_0, T::Q4_0, T::IQ4_NL, T::MXFP4}) t[static_cast<int>(type)].dot_prefetches = true;
   t[static_cast<int>(T::Q8_0)].from_float = from_float_q8_0_512;
   t[static_cast<int>(T::Q8_K)].from_float = from_float_q8_K_512;
   t[static_cast<int>(T::F16)].from_float = from_float_f16_512;

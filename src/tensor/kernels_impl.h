@@ -13,6 +13,7 @@ using KernelTable = QuantKernels[kTypeSlots];
 // Each fills the entries it implements; the table arrives holding the next lower ISA's kernels.
 void register_scalar_kernels(KernelTable& t);  // dot_ref.cpp
 void register_avx2_kernels(KernelTable& t);    // kernels_avx2.cpp
+void register_avxvnni_kernels(KernelTable& t); // kernels_avxvnni.cpp
 void register_avx512_kernels(KernelTable& t);  // kernels_avx512.cpp
 
 }  // namespace k3::detail

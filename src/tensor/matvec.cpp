@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "tensor/gemm.h"
 #include "tensor/kernels.h"
+#include "tensor/scratch.h"
 
 namespace k3 {
 
@@ -17,30 +19,63 @@ constexpr size_t kChunkBytes = 64 * 1024;
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
 
+// How product j's rows are computed: the ISA's decode row kernel on the packed activation where
+// it has one (same bits as vec_dot, gemm.h), else vec_dot on the activation as given.
+struct Kernel {
+  void (*row)(int64_t, const void*, const void*, float*);
+  void (*vec_dot)(int64_t, float*, const void*, const void*);
+  const void* act;
+  bool prefetches;
+};
+
 // Rows [r0, r1) of the products m[0..n), row by row (row r of each, then row r + 1), so that the n
 // streams advance together and each stays prefetched. Kernels that do not prefetch themselves get
 // the lines up to kDotPrefetchBytes past each row's end requested before its dot: rows are about a
 // page long and the hardware prefetchers do not follow a stream across pages.
-void rows(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
+void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   constexpr size_t kMaxStreams = 8;
   K3_ASSERT(n <= kMaxStreams);
-  const QuantKernels* kw[kMaxStreams];
   uintptr_t pf[kMaxStreams];
   size_t wrow[kMaxStreams];
   for (size_t j = 0; j < n; ++j) {
-    kw[j] = &kernels(m[j].w.type);
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
     pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + kDotPrefetchBytes) & ~uintptr_t{63};
   }
   for (int64_t r = r0; r < r1; ++r)
     for (size_t j = 0; j < n; ++j) {
       const uint8_t* row = static_cast<const uint8_t*>(m[j].w.data) + r * m[j].w.nb1;
-      if (!kw[j]->dot_prefetches)
+      if (!k[j].prefetches)
         for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + kDotPrefetchBytes; pf[j] < end;
              pf[j] += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pf[j]), _MM_HINT_T0);
-      kw[j]->vec_dot(m[j].w.ne0, m[j].y + r, row, m[j].xq);
+      if (k[j].row) k[j].row(m[j].w.ne0, row, k[j].act, m[j].y + r);
+      else k[j].vec_dot(m[j].w.ne0, m[j].y + r, row, k[j].act);
     }
+}
+
+// The kernels of mv[0..n), with the activations packed on the calling thread once per distinct
+// (activation, packing) pair.
+void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
+  thread_local std::vector<std::vector<uint8_t>> packs;
+  size_t used = 0;
+  const Isa isa = active_isa();
+  for (size_t i = 0; i < n; ++i) {
+    const QuantKernels& kw = kernels(mv[i].w.type);
+    const GemmKernel* g = gemm_kernel(mv[i].w.type, isa);
+    k[i] = {nullptr, kw.vec_dot, mv[i].xq, kw.dot_prefetches};
+    if (!g || !g->row) continue;
+    k[i].row = g->row;
+    k[i].prefetches = true;
+    for (size_t p = 0; p < i && k[i].act == mv[i].xq; ++p)
+      if (mv[p].xq == mv[i].xq && k[p].row && gemm_kernel(mv[p].w.type, isa)->pack == g->pack &&
+          mv[p].w.ne0 == mv[i].w.ne0)
+        k[i].act = k[p].act;
+    if (k[i].act != mv[i].xq) continue;
+    if (packs.size() <= used) packs.resize(used + 1);
+    scratch_size(packs[used], g->packed_size(mv[i].w.ne0));
+    g->pack(mv[i].xq, packs[used].data(), mv[i].w.ne0);
+    k[i].act = packs[used++].data();
+  }
 }
 
 }  // namespace
@@ -88,10 +123,12 @@ void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64
     grain[g] = rows_per;
     first[g + 1] = first[g] + (ne1 + rows_per - 1) / rows_per;
   }
+  Kernel kern[kMaxGroups * 8];
+  choose_kernels(mv, n, kern);
   auto chunk = [&](int64_t c) {
     const size_t g = static_cast<size_t>(std::upper_bound(first, first + n_groups + 1, c) - first - 1);
     const int64_t r0 = (c - first[g]) * grain[g], r1 = std::min(mv[g * group].w.ne1, r0 + grain[g]);
-    rows(mv + g * group, group, r0, r1);
+    rows(mv + g * group, kern + g * group, group, r0, r1);
     if (then) (*then)(g, r0, r1);
   };
   if (bytes < kChunkBytes) {

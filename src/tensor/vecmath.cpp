@@ -80,8 +80,13 @@ struct Tables {
 
 const VecMath& vecmath(Isa isa) {
   static const Tables tab;
-  const Isa best = cpu_best_isa();
-  return tab.t[static_cast<int>(isa < best ? isa : best)];
+  switch (usable_isa(isa)) {  // vector math has no AVX-VNNI form
+    case Isa::Scalar: return tab.t[0];
+    case Isa::Avx2:
+    case Isa::AvxVnni: return tab.t[1];
+    case Isa::Avx512: return tab.t[2];
+  }
+  return tab.t[0];
 }
 
 const VecMath& vecmath() { return vecmath(active_isa()); }

@@ -1,5 +1,6 @@
-// The tiled matrix-matrix kernels against the per-(row, token) vec_dot of the same ISA: every
-// output must have the same bits, for shapes that leave partial tiles and partial block groups.
+// The tiled matrix-matrix kernels (and their decode rows) against the per-(row, token) vec_dot of
+// the same ISA: every output must have the same bits, for shapes that leave partial tiles and
+// partial block groups.
 #include "tensor/gemm.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +67,12 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
       EXPECT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
           << type_name(t) << " " << isa_name(isa) << " n=" << cs.n << " rows=" << cs.rows
           << " tokens=" << cs.tokens << " r=" << r << " t=" << k << ": " << got << " vs " << want;
+      if (g->row) {  // the decode entry, on the same packed activation
+        float one = -7.0f;
+        g->row(cs.n, w.data() + r * ws, act + k * stride, &one);
+        EXPECT_EQ(std::memcmp(&one, &want, sizeof(float)), 0)
+            << type_name(t) << " " << isa_name(isa) << " row() n=" << cs.n << " r=" << r << " t=" << k << ": " << one << " vs " << want;
+      }
     }
     for (int64_t r = cs.rows; r < ldy; ++r) EXPECT_EQ(y[k * ldy + r], -7.0f) << "wrote outside its tile";
   }
@@ -77,8 +84,8 @@ TEST(Gemm, BitIdenticalToVecDot) {
   // also non-multiples of 16 and 64.
   const int64_t ns_block[] = {64, 512, 1120, 2048};
   const int64_t ns_float[] = {48, 64, 200, 1120, 1043};
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (isa > cpu_best_isa()) continue;
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
     for (T t : kTypes) {
       const bool is_float = t == T::F32 || t == T::F16 || t == T::BF16;
       int64_t compared = 0;
@@ -94,7 +101,7 @@ TEST(Gemm, BitIdenticalToVecDot) {
       if (n % type_info(t).block == 0)
         for (int64_t tokens = 2; tokens <= 33; ++tokens) compared += check(t, isa, {n, 5, tokens}, seed++);
       const bool is_quant = !is_float && t != T::IQ4_XS;
-      const bool expect_tile = (isa == Isa::Avx512 && t != T::IQ4_XS) || (isa == Isa::Avx2 && is_quant);
+      const bool expect_tile = (isa == Isa::Avx512 && t != T::IQ4_XS) || ((isa == Isa::Avx2 || isa == Isa::AvxVnni) && is_quant);
       EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
     }
   }
@@ -103,8 +110,8 @@ TEST(Gemm, BitIdenticalToVecDot) {
 // gemm_rows (the calling-thread entry MLA uses) under every ISA, packed and unpacked types.
 TEST(Gemm, RowsEntryMatchesVecDot) {
   const Isa saved = active_isa();
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (isa > cpu_best_isa()) continue;
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
     set_isa(isa);
     for (T t : {T::F32, T::Q8_0}) {
       const int64_t n = 320, rows = 13, tokens = 6;

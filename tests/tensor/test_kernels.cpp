@@ -31,8 +31,8 @@ bool is_float(T t) { return t == T::F32 || t == T::F16 || t == T::BF16; }
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> v;
-  for (Isa i : {Isa::Avx2, Isa::Avx512})
-    if (i <= cpu_best_isa()) v.push_back(i);
+  for (Isa i : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512})
+    if (isa_supported(i)) v.push_back(i);
   return v;
 }
 
@@ -189,7 +189,7 @@ TEST(Kernels, TableAndVecDotTypes) {
       {T::Q5_0, T::Q8_0}, {T::Q5_1, T::Q8_1}, {T::Q8_0, T::Q8_0}, {T::Q2_K, T::Q8_K},   {T::Q3_K, T::Q8_K},
       {T::Q4_K, T::Q8_K}, {T::Q5_K, T::Q8_K}, {T::Q6_K, T::Q8_K}, {T::MXFP4, T::Q8_0},  {T::IQ4_NL, T::Q8_0},
       {T::IQ4_XS, T::Q8_K}};
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : kAllIsas) {
     for (auto [t, vdt] : expect) {
       const QuantKernels& k = kernels(t, isa);
       EXPECT_EQ(k.vec_dot_type, vdt) << type_name(t);
@@ -212,6 +212,10 @@ TEST(Kernels, IsaSelection) {
   EXPECT_EQ(&kernels(T::Q4_K), &kernels(T::Q4_K, Isa::Scalar));
   set_isa(Isa::Avx512);
   EXPECT_EQ(active_isa(), best);  // never above what the CPU supports
+  set_isa(Isa::AvxVnni);  // AVX-VNNI is its own CPUID bit: an AVX-512 CPU may lack it
+  EXPECT_TRUE(isa_supported(active_isa()));
+  EXPECT_EQ(active_isa(), isa_supported(Isa::AvxVnni) ? Isa::AvxVnni : Isa::Avx2);
+  EXPECT_EQ(&kernels(T::Q8_0), &kernels(T::Q8_0, active_isa()));
   set_isa(saved);
 }
 

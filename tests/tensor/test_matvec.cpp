@@ -41,6 +41,10 @@ TEST(Matvec, BatchIsOneVecDotPerOutput) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& v : x) v = nd(rng);
   std::vector<uint8_t> buf_q, buf_m;
+  const Isa saved = active_isa();
+  for (Isa isa : kAllIsas) {  // decode rows on packed activations (AVX2, AVX-VNNI) or vec_dot
+  if (!isa_supported(isa)) continue;
+  set_isa(isa);
   for (int n_threads : {1, 2, 3}) {
     ThreadPool pool(n_threads);
     std::vector<std::vector<float>> y(8, std::vector<float>(200, -1.0f));
@@ -62,9 +66,11 @@ TEST(Matvec, BatchIsOneVecDotPerOutput) {
         float s;
         kernels(mats[i].type).vec_dot(1024, &s, mats[i].w.data() + r * row_size(mats[i].type, 1024),
                                       mv[i].xq);
-        ASSERT_EQ(s, y[i][r]) << "threads " << n_threads << " product " << i << " row " << r;
+        ASSERT_EQ(s, y[i][r]) << isa_name(isa) << " threads " << n_threads << " product " << i << " row " << r;
       }
   }
+  }
+  set_isa(saved);
 }
 
 TEST(Matvec, LargeMatmulSameBitsAnyThreads) {

@@ -1,0 +1,28 @@
+// AVX2 + AVX-VNNI matrix-matrix tiles and decode rows (gemm_simd256.inc), bit-identical per output to the
+// 256-bit vec_dot kernels as compiled for AVX2 + AVX-VNNI (gemm.h).
+// Only file-local code here (kernels_impl.h explains why).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "tensor/blocks.h"
+#include "tensor/gemm.h"
+
+namespace k3 {
+namespace {
+
+#define K3_AVXVNNI 1
+#include "tensor/simd256_common.inc"
+#include "tensor/gemm_tiles.inc"
+#include "tensor/gemm_simd256.inc"
+#undef K3_AVXVNNI
+
+}  // namespace
+
+namespace detail {
+const GemmKernel* gemm_kernel_avxvnni(GgmlType t) { return simd256_kernel(t); }
+}  // namespace detail
+}  // namespace k3
