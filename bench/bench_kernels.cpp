@@ -201,7 +201,7 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
 }
 
 // Multi-token product (prefill): weights in cache, compute bound.
-void BM_matmul_tokens(benchmark::State& st, T t) {
+void BM_matmul_tokens(benchmark::State& st, T t, Isa isa) {
   const int64_t ne1 = 2048, n_tokens = 64;
   const std::vector<float> wf = random_floats(kRow * ne1, 6);
   std::vector<uint8_t> w(row_size(t, kRow) * ne1);
@@ -210,16 +210,19 @@ void BM_matmul_tokens(benchmark::State& st, T t) {
   std::vector<float> y(ne1 * n_tokens);
   ThreadPool pool(static_cast<int>(st.range(0)));
   const WeightView wv{t, w.data(), kRow, ne1, row_size(t, kRow)};
+  const Isa saved = active_isa();
+  set_isa(isa);
   for (auto _ : st) matmul(wv, x.data(), n_tokens, y.data(), pool);
+  set_isa(saved);
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRow * ne1 * n_tokens * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 // One matmul work item's shape on one thread: 64 rows of n = range(0) inputs × 16 tokens,
 // through the tiled kernel (activations packed outside the timing) or one vec_dot per output.
-void BM_gemm(benchmark::State& st, T t, bool tiled) {
+void BM_gemm(benchmark::State& st, T t, Isa isa, bool tiled) {
   const int64_t rows = 64, n_tokens = 16, kRow = st.range(0);
-  const QuantKernels& kw = kernels(t);
-  const GemmKernel* g = gemm_kernel(t, active_isa());
+  const QuantKernels& kw = kernels(t, isa);
+  const GemmKernel* g = gemm_kernel(t, isa);
   if (tiled && !g) {
     st.SkipWithError("no tiled kernel for this type and ISA");
     return;
@@ -228,7 +231,7 @@ void BM_gemm(benchmark::State& st, T t, bool tiled) {
   std::vector<uint8_t> w(wrow * rows), a(arow * n_tokens);
   quantize_rows(t, random_floats(kRow * rows, 8).data(), w.data(), rows, kRow, nullptr);
   const std::vector<float> x = random_floats(kRow * n_tokens, 9);
-  for (int64_t k = 0; k < n_tokens; ++k) kernels(kw.vec_dot_type).from_float(x.data() + k * kRow, a.data() + k * arow, kRow);
+  for (int64_t k = 0; k < n_tokens; ++k) kernels(kw.vec_dot_type, isa).from_float(x.data() + k * kRow, a.data() + k * arow, kRow);
   const size_t ps = tiled && g->packed_size(kRow) ? g->packed_size(kRow) : arow;
   std::vector<uint8_t> packed(ps * n_tokens);
   for (int64_t k = 0; k < n_tokens; ++k) {
@@ -261,19 +264,24 @@ void register_all() {
     for (Isa isa : isas())
       benchmark::RegisterBenchmark(("from_float/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_from_float, t, isa);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
-  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4})
+  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {
       if (isa == Isa::Scalar) continue;  // minutes per pass; not a bandwidth candidate
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
-  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::MXFP4, T::Q4_0})
-    for (bool tiled : {true, false})
-      benchmark::RegisterBenchmark(("gemm/" + std::string(type_name(t)) + (tiled ? "/tiled" : "/vec_dot")).c_str(), BM_gemm, t, tiled)
-          ->Arg(512)->Arg(2048)->Arg(kRow)->Unit(benchmark::kMillisecond);
+  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::MXFP4, T::Q4_0, T::Q4_K})
+    for (Isa isa : isas())
+      for (bool tiled : {true, false}) {
+        if (isa == Isa::Scalar) continue;
+        const std::string name = "gemm/" + std::string(type_name(t)) + "/" + isa_name(isa) + (tiled ? "/tiled" : "/vec_dot");
+        benchmark::RegisterBenchmark(name.c_str(), BM_gemm, t, isa, tiled)->Arg(512)->Arg(2048)->Arg(kRow)->Unit(benchmark::kMillisecond);
+      }
   for (T t : {T::F32, T::Q4_K, T::Q8_0, T::MXFP4})
-    benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t))).c_str(), BM_matmul_tokens, t)
-        ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+    for (Isa isa : isas())
+      if (isa != Isa::Scalar)
+        benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t, isa)
+            ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

@@ -380,6 +380,29 @@ TEST(KernelsSimd, VecDotRandom) {
   }
 }
 
+// The 32-element block dots sum exact integer block totals with one float procedure
+// (simd256_block32.inc), so the AVX2 and AVX-VNNI forms agree bit for bit (and AVX-512's Q5_0,
+// which is the 256-bit form); the K-quant dots do on every level.
+TEST(KernelsSimd, Block32SameBitsOn256BitLevels) {
+  if (!isa_supported(Isa::Avx2)) GTEST_SKIP() << "no AVX2";
+  Gen gen(10);
+  for (T t : {T::Q4_0, T::Q5_0, T::Q8_0, T::IQ4_NL, T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K}) {
+    const T at = kernels(t, Isa::Scalar).vec_dot_type;
+    for (int64_t n : row_lengths(t)) {
+      if (n % blk(at)) continue;
+      for (Mode m : {Mode::Random, Mode::Extreme}) {
+        const Bytes w = gen.weights(t, n, m, 0), a = gen.acts(at, n, Mode::Random, 0);
+        const float ref = dot(t, Isa::Avx2, w, a, n);
+        for (Isa isa : {Isa::AvxVnni, Isa::Avx512}) {
+          if (!isa_supported(isa) || (isa == Isa::Avx512 && t != T::Q5_0 && !order_exact(t))) continue;
+          const float got = dot(t, isa, w, a, n);
+          EXPECT_EQ(std::memcmp(&ref, &got, sizeof ref), 0) << isa_name(isa) << " " << type_name(t) << " n " << n << ": " << got << " vs " << ref;
+        }
+      }
+    }
+  }
+}
+
 // The AMX-order F16 product (kernels.h): the same bits on every ISA, and a correct dot product.
 TEST(KernelsSimd, F16AmxOrderSameOnEveryIsa) {
   Gen gen(9);
