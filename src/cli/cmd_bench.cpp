@@ -170,22 +170,32 @@ json expert_report(const model::ExpertStats& s, const model::ExpertStats& b, dou
 
 // Time between consecutive named intermediates, summed by name over the layers of one forward pass:
 // the time of the ops that produced each intermediate (docs/performance.md lists what each name
-// covers). Over several passes each op reports its median per pass, so one preemption of the
-// process (the host is shared) does not dominate.
+// covers), and summed by layer (-1: outside the layers: embedding, final mix, LM head). Over
+// several passes each op and layer reports its median per pass, so one preemption of the process
+// (the host is shared) does not dominate.
 class TimerTrace : public model::Trace {
  public:
   void start() {
     for (auto& [_, e] : ops_) e.per_pass.push_back(0.0);
+    for (auto& [_, e] : layers_) e.per_pass.push_back(0.0);
     ++passes_;
     last_ = Clock::now();
   }
-  void record(const char* name, int, const float*, int64_t, int64_t) override {
+  void record(const char* name, int il, const float*, int64_t, int64_t) override {
     const auto now = Clock::now();
-    auto& e = ops_[name];
-    if (e.per_pass.size() < passes_) e.per_pass.resize(passes_, 0.0);
-    e.per_pass.back() += std::chrono::duration<double>(now - last_).count();
-    e.calls += 1;
+    const double dt = std::chrono::duration<double>(now - last_).count();
+    for (Entry* e : {&ops_[name], &layers_[il]}) {
+      if (e->per_pass.size() < passes_) e->per_pass.resize(passes_, 0.0);
+      e->per_pass.back() += dt;
+      e->calls += 1;
+    }
     last_ = now;
+  }
+  // ms per token by layer, in layer order.
+  json report_layers(double tokens_per_pass) const {
+    json j = json::array();
+    for (const auto& [il, e] : layers_) j.push_back({{"layer", il}, {"ms_per_token", median(e.per_pass) * 1e3 / tokens_per_pass}});
+    return j;
   }
   // ms per token = median over passes of the op's time in a pass / tokens per pass.
   json report(double tokens_per_pass) const {
@@ -210,15 +220,22 @@ class TimerTrace : public model::Trace {
     int64_t calls = 0;
   };
   std::map<std::string, Entry> ops_;
+  std::map<int, Entry> layers_;
   size_t passes_ = 0;
   Clock::time_point last_;
 };
 
-void print_profile(const char* title, const json& prof) {
+void print_profile(const char* title, const json& prof, const json& layers) {
   std::printf("\n%s\n  %-20s %12s %7s\n", title, "op (intermediate)", "ms/token", "share");
   for (const auto& e : prof)
     std::printf("  %-20s %12.4f %6.1f%%\n", e["op"].get<std::string>().c_str(), e["ms_per_token"].get<double>(),
                 100.0 * e["share"].get<double>());
+  std::printf("  by layer (ms/token):");
+  for (const auto& e : layers) {
+    const int il = e["layer"].get<int>();
+    std::printf(il < 0 ? " other %.3f" : " %d: %.3f", il, e["ms_per_token"].get<double>());
+  }
+  std::printf("\n");
 }
 
 int cmd_bench(int argc, char** argv) {
@@ -377,7 +394,7 @@ int cmd_bench(int argc, char** argv) {
   probe.reset();
   if (ranks.empty()) ranks = dist::stats(*m);
 
-  json prof_pp, prof_tg;
+  json prof_pp, prof_tg, layers_pp, layers_tg;
   if (profile) {
     TimerTrace tr;
     model::RunOptions popt = opt;
@@ -389,6 +406,7 @@ int cmd_bench(int argc, char** argv) {
       tr.start();
       m->forward(st, ids.data(), p, popt, model::Logits::Last, &logits);
       prof_pp = tr.report(p);
+      layers_pp = tr.report_layers(p);
     }
     if (n > 0) {
       TimerTrace tt;
@@ -400,6 +418,7 @@ int cmd_bench(int argc, char** argv) {
         m->forward(st, &id, 1, popt, model::Logits::Last, &logits);
       }
       prof_tg = tt.report(1);
+      layers_tg = tt.report_layers(1);
     }
   }
 
@@ -444,7 +463,7 @@ int cmd_bench(int argc, char** argv) {
                           {"separate_stddev", tgs.stddev},
                           {"batched_samples", par_batched_tps},
                           {"separate_samples", par_separate_tps}};
-    if (profile) j["profile"] = {{"pp", prof_pp}, {"tg", prof_tg}};
+    if (profile) j["profile"] = {{"pp", prof_pp}, {"tg", prof_tg}, {"pp_layers", layers_pp}, {"tg_layers", layers_tg}};
     if (store && n > 0) j["experts"] = expert_report(es_sum, store->stats(), double(n) * reps);
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -491,8 +510,8 @@ int cmd_bench(int argc, char** argv) {
                 e["io_engine"].get<std::string>().c_str());
   }
   if (profile) {
-    if (p > 0) print_profile("prompt processing, time by op (one pass):", prof_pp);
-    if (n > 0) print_profile("generation, time by op (median over the decoded tokens):", prof_tg);
+    if (p > 0) print_profile("prompt processing, time by op (one pass):", prof_pp, layers_pp);
+    if (n > 0) print_profile("generation, time by op (median over the decoded tokens):", prof_tg, layers_tg);
   }
   return 0;
 }

@@ -215,8 +215,8 @@ TEST_P(TypeMatrix, K3AgreesWithLlamaCpp) {
     const double llama_spread = max_abs_diff(lb, li);
     std::vector<Rows> by_isa;
     std::string per_isa;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-      if (isa > cpu_best_isa()) continue;
+    for (Isa isa : kAllIsas) {
+      if (!isa_supported(isa)) continue;
       set_isa(isa);
       by_isa.push_back(k3_logits(*m, ids, 0));
       const double d = std::min(max_abs_diff(by_isa.back(), lb), max_abs_diff(by_isa.back(), li));

@@ -111,8 +111,8 @@ TEST(GgmlParity, EveryWriterIsByteExact) {
           ref::quantize_rows(t, x.data(), got_ref.data(), rows, n, w);
           EXPECT_EQ(0, std::memcmp(want.data(), got_ref.data(), bytes))
               << "reference vs ggml: " << type_name(t) << " n " << n << " data " << static_cast<int>(d) << " imatrix " << im;
-          for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-            if (static_cast<int>(isa) > static_cast<int>(cpu_best_isa())) continue;
+          for (Isa isa : kAllIsas) {
+            if (!isa_supported(isa)) continue;
             set_isa(isa);
             std::vector<uint8_t> got(bytes, 0xAB);
             EXPECT_EQ(quant::quantize_rows(t, x.data(), got.data(), rows, n, w), bytes);
