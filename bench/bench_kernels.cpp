@@ -1,4 +1,4 @@
-// Kernel microbenchmarks: vec_dot / to_float / from_float per type and ISA, a memory read
+// Kernel microbenchmarks: vec_dot / decode row / to_float / from_float per type and ISA, a memory read
 // bandwidth probe, matvec over weights larger than L3 reported against that bandwidth, and the
 // multi-token products (gemm: one thread, the tiled kernel against per-pair vec_dot).
 //
@@ -64,6 +64,24 @@ void BM_vec_dot(benchmark::State& st, T t, Isa isa) {
   float s = 0;
   for (auto _ : st) {
     k.vec_dot(kRow, &s, w.data(), a.data());
+    benchmark::DoNotOptimize(s);
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
+  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(kRow) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// The decode row kernel (gemm.h) on the same inputs, its activation packed outside the timing.
+void BM_row(benchmark::State& st, T t, Isa isa) {
+  const QuantKernels& k = kernels(t, isa);
+  const GemmKernel* g = gemm_kernel(t, isa);
+  const std::vector<uint8_t> w = quantized(t, random_floats(kRow, 1));
+  std::vector<uint8_t> a(row_size(k.vec_dot_type, kRow)), packed(g->packed_size(kRow));
+  const std::vector<float> x = random_floats(kRow, 2);
+  kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), kRow);
+  g->pack(a.data(), packed.data(), kRow);
+  float s = 0;
+  for (auto _ : st) {
+    g->row(kRow, w.data(), packed.data(), &s);
     benchmark::DoNotOptimize(s);
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
@@ -254,6 +272,8 @@ void register_all() {
     for (Isa isa : isas()) {
       const std::string suffix = std::string(type_name(t)) + "/" + isa_name(isa);
       benchmark::RegisterBenchmark(("vec_dot/" + suffix).c_str(), BM_vec_dot, t, isa);
+      if (const GemmKernel* g = gemm_kernel(t, isa); g && g->row)
+        benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa);
       benchmark::RegisterBenchmark(("to_float/" + suffix).c_str(), BM_to_float, t, isa);
     }
   if (test::GgmlCpu::get())
