@@ -35,10 +35,9 @@ inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load
 template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), int kElt>
 void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    prefetch_ahead<kDotPrefetchBytes>(pf, static_cast<const uint8_t*>(x) + (i + 64) * kElt);
+    prefetch_span<kDotPrefetchBytes, 64 * kElt>(static_cast<const uint8_t*>(x) + i * kElt);
     acc0 = _mm512_fmadd_ps(load16(x, i), load16(y, i), acc0);
     acc1 = _mm512_fmadd_ps(load16(x, i + 16), load16(y, i + 16), acc1);
     acc2 = _mm512_fmadd_ps(load16(x, i + 32), load16(y, i + 32), acc2);
@@ -62,10 +61,9 @@ void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const uint16_t*>(vx);
   const auto* y = static_cast<const uint16_t*>(vy);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    prefetch_ahead<kDotPrefetchBytes>(pf, x + i + 64);
+    prefetch_span<kDotPrefetchBytes, 128>(x + i);
     acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
     acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)load512(x + i + 32), (__m512bh)load512(y + i + 32));
   }
@@ -85,10 +83,9 @@ float sum_groups16(int64_t nb, const Block* x, const block_q8_0* y,
                    void (*dot256)(int64_t, float*, const void*, const void*), Scales&& scales16, Isum2&& isum2) {
   const __m512i idx0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   int64_t i = 0;
   for (; i + 15 < nb; i += 16) {
-    prefetch_ahead<kDotPrefetchBytes>(pf, x + i + 16);
+    prefetch_span<kDotPrefetchBytes, 16 * sizeof(Block)>(x + i);
     const __m512 sc = scales16(i);
     __m512i idx = idx0;  // [s_2k x8 | s_2k+1 x8] for the pair k
     for (int k = 0; k < 16; k += 4) {
@@ -175,9 +172,8 @@ void vec_dot_q4_K_512(int64_t n, float* s, const void* vx, const void* vy) {
   const __m512i sel_hi = _mm512_add_epi8(sel_lo, _mm512_set1_epi8(2));
   const __m512i step = _mm512_set1_epi8(8);  // four scale words further for h = 1
   KqSum ks;
-  uintptr_t pf = prefetch_start<kDotPrefetchBytes>(x);
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    prefetch_ahead<kDotPrefetchBytes>(pf, x + i + 1);
+    prefetch_span<kDotPrefetchBytes, sizeof(block_q4_K)>(x + i);
     const __m128i sm = q4k_scales(x[i].scales);
     const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
