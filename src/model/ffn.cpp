@@ -9,8 +9,8 @@ void situ_hidden(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tens
   const int64_t F = gate.ne[1];
   thread_local std::vector<float> b;  // scratch (ops.h); no lambda here
   scratch_zeros(b, T * F);
-  linear(ctx, gate, x, T, a);
-  linear(ctx, up, x, T, b.data());
+  const LinearJob jobs[] = {{gate, x, a}, {up, x, b.data()}};  // one region at T = 1
+  linear_batch(ctx, jobs, 2, T);
   situ.apply(a, b.data(), T * F);
 }
 
