@@ -4,7 +4,9 @@
 // mishandles F16 and Q8_0 there (model.md §9).
 //
 // Two models of the same structure. Well-conditioned (RMS eps 0.5): for the main types (K-quants,
-// Q8_0, MXFP4 and the recipes) all generated tokens equal. Default eps: the random model amplifies
+// Q8_0, MXFP4 and the recipes) the first token is equal and every token llama.cpp generates is k3's
+// first choice up to a near tie (kTieGap) along llama.cpp's own continuation; which side of a
+// near tie each engine lands on depends on the CPU's summation order. Default eps: the random model amplifies
 // one-ulp differences, and llama.cpp's own quantized products differ in summation order between
 // its CPU paths (its AMX kernels on CPUs that have AMX, batch layout elsewhere: a Q8_0
 // output.weight alone agrees with k3 to 1e-6 in a batch of 7 except the last, 0.06 off), so an
@@ -26,6 +28,10 @@ using namespace k3;
 namespace {
 
 constexpr int kNew = 16;
+// A near tie on the well-conditioned model: the two engines' summation orders differ by CPU (AMX,
+// AVX-512 VNNI, AVX2 builds of llama.cpp), and flips there were measured at k3 logit gaps of
+// 0.0014-0.005 (AMX Xeon and AMD Zen 4).
+constexpr float kTieGap = 0.02f;
 const std::vector<int32_t> kPrompt = {11, 250, 3, 97, 400, 12, 5};
 
 struct Case {
@@ -34,7 +40,10 @@ struct Case {
   bool main = true;
 };
 
-std::vector<int32_t> greedy(const model::Model& m, std::vector<std::vector<float>>* rows) {
+// k3's logits along a continuation: the prompt, then `forced` one token at a time, or (forced
+// empty) k3's own greedy choices, returned in *ids. Row i is what the i-th new token was chosen from.
+std::vector<std::vector<float>> rows_along(const model::Model& m, const std::vector<int32_t>& forced,
+                                           std::vector<int32_t>* ids) {
   ThreadPool pool(1);
   model::RunOptions ro;
   ro.pool = &pool;
@@ -42,14 +51,15 @@ std::vector<int32_t> greedy(const model::Model& m, std::vector<std::vector<float
   model::State st = m.new_state(64);
   std::vector<float> logits;
   m.prefill(st, kPrompt, 64, ro, model::Logits::Last, &logits);
-  std::vector<int32_t> out;
+  std::vector<std::vector<float>> rows;
   for (int i = 0; i < kNew; ++i) {
-    const int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(t);
-    rows->push_back(logits);
+    const int32_t t = forced.empty() ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())
+                                     : forced[i];
+    if (ids) ids->push_back(t);
+    rows.push_back(logits);
     if (i + 1 < kNew) m.forward(st, &t, 1, ro, model::Logits::Last, &logits);
   }
-  return out;
+  return rows;
 }
 
 void check_files(float rms_eps) {
@@ -94,8 +104,8 @@ void check_files(float rms_eps) {
     ASSERT_TRUE(res["ok"].get<bool>()) << c.name << ": llama.cpp failed to load or run: " << res.dump();
     const std::vector<int32_t> ll = res["ids"].get<std::vector<int32_t>>();
     auto m = model::Model::load(dir / (c.name + ".gguf"));
-    std::vector<std::vector<float>> rows;
-    const std::vector<int32_t> k3 = greedy(*m, &rows);
+    std::vector<int32_t> k3;
+    const std::vector<std::vector<float>> rows = rows_along(*m, {}, &k3);
     ASSERT_EQ(ll.size(), k3.size());
     size_t i = 0;
     while (i < k3.size() && k3[i] == ll[i]) ++i;
@@ -107,8 +117,17 @@ void check_files(float rms_eps) {
     std::printf("%-9s first difference at token %zu: k3 %d, llama.cpp %d, k3 logit gap %.4f\n", c.name.c_str(), i, k3[i],
                 ll[i], gap);
     if (!c.main) continue;
-    EXPECT_FALSE(wellcond) << c.name << ": token " << i << " differs on the well-conditioned model";
     EXPECT_GT(i, 0u) << c.name << ": the first generated token differs";
+    if (!wellcond) continue;
+    // Well-conditioned: every token llama.cpp chose is one k3 also ranks first up to a near tie,
+    // along llama.cpp's own continuation (k3's logits fed llama.cpp's tokens).
+    const std::vector<std::vector<float>> forced = rows_along(*m, ll, nullptr);
+    float regret = 0;
+    for (int j = 0; j < kNew; ++j)
+      regret = std::max(regret, *std::max_element(forced[j].begin(), forced[j].end()) - forced[j][ll[j]]);
+    std::printf("%-9s along llama.cpp's tokens: k3's largest logit above llama.cpp's choice by %.4f\n", c.name.c_str(),
+                regret);
+    EXPECT_LE(regret, kTieGap) << c.name << ": llama.cpp chose a token k3 ranks clearly lower (well-conditioned model)";
   }
   std::printf("rms eps %g: %d of %zu files: all %d greedy tokens identical in k3 and llama.cpp\n", rms_eps, full,
               cases.size(), kNew);
