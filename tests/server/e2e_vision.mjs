@@ -112,6 +112,18 @@ test("the same image through /v1/messages and /v1/responses: same prompt, same g
   assert(err.error.error.message.includes("messages[0].content[0]"), "it names the block: " + err.error.error.message);
 });
 
+test("a different image with the same text is not served from the cache", async () => {
+  const text = "Which picture is this?", rows = rowsOf(pngFile);
+  const a = await oa.chat.completions.create({ messages: withImage(url("image/png", PNG.toString("base64")), text), max_tokens: 2, temperature: 0 });
+  const again = await oa.chat.completions.create({ messages: withImage(url("image/png", PNG.toString("base64")), text), max_tokens: 2, temperature: 0 });
+  eq(again.usage.prompt_tokens_details.cached_tokens, a.usage.prompt_tokens, "the same image and text: all cached");
+  const other = png(100, 60, 97);  // same size, so the same tokens and as many rows, other pixels
+  const b = await oa.chat.completions.create({ messages: withImage(url("image/png", other.toString("base64")), text), max_tokens: 2, temperature: 0 });
+  eq(b.usage.prompt_tokens, a.usage.prompt_tokens, "the same prompt length");
+  assert(b.usage.prompt_tokens_details.cached_tokens <= b.usage.prompt_tokens - rows,
+         `the other image's rows were computed, not restored (${b.usage.prompt_tokens_details.cached_tokens} of ${b.usage.prompt_tokens} cached, ${rows} rows)`);
+});
+
 async function expect400(messages, param, ...parts) {
   let err = null;
   try {
