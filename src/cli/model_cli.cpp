@@ -126,6 +126,10 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
   app.add_option("--cache-policy", f.policy, "expert cache eviction: freq (frequency-aware) | lru")
       ->capture_default_str();
   app.add_flag("--no-prefetch", f.no_prefetch, "do not prefetch the next layer's predicted experts");
+  app.add_flag("--no-mmap", f.no_mmap,
+               "copy the weights into anonymous memory (2 MB pages) instead of reading them through the file "
+               "mapping: faster decode where the page cache is backed by small pages (virtual machines); needs "
+               "the whole model in memory");
   app.add_option("--io-threads", f.io_threads, "pread threads for expert reads (without io_uring)")
       ->capture_default_str();
   app.add_flag("--no-io-uring", f.no_uring, "read experts with a pread thread pool even where io_uring works");
@@ -146,6 +150,10 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
     // what this process maps, in its share of the machine's memory (several processes on it)
     const uint64_t mapped = m.weight_bytes(), avail = available_memory() / dist::host_processes();
     stream = model::auto_stream(mapped, model::expert_stack_bytes(m), state_bytes, avail);
+    if (stream && f.no_mmap)
+      fail("--no-mmap: the model (%.2f GB) does not fit in the memory available to this process (%.2f GB, cgroup "
+           "limit included); without --no-mmap its routed experts are streamed",
+           mapped / 1e9, avail / 1e9);
     if (stream && dist::leader())
       std::fprintf(stderr,
                    "k3: the model (%.2f GB) does not fit in the memory available to this process (%.2f GB, cgroup "
@@ -154,8 +162,16 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
   }
   if (!stream) {
     if (!f.warmup.empty() || f.pin > 0) fail("--warmup and --pin-hot need --expert-cache");
+    if (f.no_mmap) {
+      // each process maps the whole file and reads only its share
+      if (dist::active()) fail("--no-mmap under mpirun: every process would copy the whole file");
+      m.file().copy_to_anonymous();
+    }
     return nullptr;
   }
+  if (f.no_mmap)
+    fail("--no-mmap keeps every weight in memory; it cannot go with streamed experts (--expert-cache, "
+         "--routing-trace)");
   if (f.pin < 0 || f.pin > 1) fail("--pin-hot: expected a fraction in [0, 1], got %g", f.pin);
   if (f.io_threads < 1) fail("--io-threads must be >= 1");
   model::ExpertStoreOptions o;

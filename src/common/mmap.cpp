@@ -56,6 +56,29 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
+void MappedFile::copy_to_anonymous() const {
+  if (!data_) return;
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t len = (size_ + page - 1) / page * page;
+  // A region whose start has the mapping's offset within a 2 MB page, so that moving it keeps
+  // its huge pages whole.
+  void* a = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a == MAP_FAILED) fail("%s: cannot allocate %zu bytes for the weights: %s", path_.c_str(), len, std::strerror(errno));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(a), want = reinterpret_cast<uintptr_t>(data_) % kHuge;
+  const uintptr_t b = lo + (want + kHuge - lo % kHuge) % kHuge;
+  if (b > lo) munmap(a, b - lo);
+  if (lo + len + kHuge > b + len) munmap(reinterpret_cast<void*>(b + len), lo + len + kHuge - (b + len));
+  madvise(reinterpret_cast<void*>(b), len, MADV_HUGEPAGE);
+  std::memcpy(reinterpret_cast<void*>(b), data_, size_);
+  mprotect(reinterpret_cast<void*>(b), len, PROT_READ);
+  if (mremap(reinterpret_cast<void*>(b), len, len, MREMAP_MAYMOVE | MREMAP_FIXED, const_cast<uint8_t*>(data_)) == MAP_FAILED) {
+    const int e = errno;
+    munmap(reinterpret_cast<void*>(b), len);
+    fail("%s: cannot move the weights into anonymous memory: %s", path_.c_str(), std::strerror(e));
+  }
+}
+
 MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }

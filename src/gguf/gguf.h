@@ -111,6 +111,7 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const uint8_t* base() const { return base_; }
   size_t size() const { return size_; }
+  void copy_to_anonymous() const { map_.copy_to_anonymous(); }  // MappedFile::copy_to_anonymous
 
  private:
   std::string path_;
@@ -137,6 +138,9 @@ class Model {
   const std::vector<const TensorInfo*>& tensors() const { return order_; }
   const TensorInfo* find(std::string_view name) const;
   const TensorInfo& get(std::string_view name) const;  // throws naming the tensor
+  void copy_to_anonymous() const {  // every file: MappedFile::copy_to_anonymous
+    for (const auto& f : files_) f->copy_to_anonymous();
+  }
 
  private:
   std::vector<std::unique_ptr<File>> files_;

@@ -120,148 +120,12 @@ struct Bf16Gemm {
   }
 };
 
-// ---- 32-element blocks against Q8_0 activations ------------------------------------------------
+// ---- 32-element blocks against Q8_0 activations (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) -------------
 //
-// vec_dot (kernels_avx512.cpp, sum_groups16) walks groups of 16 blocks. For the block pair
-// (2j, 2j+1) of a group it forms 16 int32 lanes (each the sum of 4 code products; lanes 0-7 block
-// 2j, 8-15 block 2j+1), converts them to float and fuses them with the lanes' scale products
-// d_w·d_a into accumulator j % 2; then it adds the two accumulators, sums them horizontally and
-// adds the 256-bit kernel's sum over the blocks after the last full group.
-// The tiles form the same integer lanes another way: vec_dot biases the weight code by 128 and
-// subtracts 128·Σa, the tiles bias the activation (packed once per call) and subtract 128·Σw per
-// weight row; both are the exact Σ w·a. The scale product is the same float product.
-//
-// Packed activation row: the Q8_0 row itself (for the tail blocks), padded to 64 bytes, then per
-// block pair of every full group 64 bytes of codes + 128 and 16 floats [d_2j ×8 | d_2j+1 ×8].
-
-constexpr size_t kPairBytes = 128;
-inline size_t q8_head(int64_t nb) { return (static_cast<size_t>(nb) * sizeof(block_q8_0) + 63) / 64 * 64; }
-
-size_t q8_packed_size(int64_t n) {
-  const int64_t nb = n / QK;
-  return q8_head(nb) + static_cast<size_t>(nb / 16) * 8 * kPairBytes;
-}
-
-void q8_pack(const void* a, void* packed, int64_t n) {
-  const int64_t nb = n / QK;
-  const auto* y = static_cast<const block_q8_0*>(a);
-  auto* out = static_cast<uint8_t*>(packed);
-  std::memcpy(out, a, static_cast<size_t>(nb) * sizeof(block_q8_0));
-  out += q8_head(nb);
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80)), two = _mm512_set1_epi32(2);
-  for (int64_t g = 0; g + 16 <= nb; g += 16) {
-    const __m512 da = f16x16(&y[g].d, sizeof(block_q8_0));
-    __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int j = 0; j < 8; ++j, out += kPairBytes) {
-      _mm512_storeu_si512(out, _mm512_xor_si512(pair256(y[g + 2 * j].qs, y[g + 2 * j + 1].qs), bias));
-      _mm512_storeu_ps(out + 64, _mm512_permutexvar_ps(idx, da));
-      idx = _mm512_add_epi32(idx, two);
-    }
-  }
-}
-
-struct Q80W {
-  using Block = block_q8_0;
-  static constexpr GgmlType kType = GgmlType::Q8_0;
-  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
-  static __m512i codes2(const Block* x, __m512i) { return pair256(x[0].qs, x[1].qs); }
-  static __m512i table() { return _mm512_setzero_si512(); }
-};
-// Nibble-coded blocks: the codes of two blocks in element order, mapped through the signed table.
-template <class B, GgmlType T>
-struct NibbleW {
-  using Block = B;
-  static constexpr GgmlType kType = T;
-  static __m512i codes2(const Block* x, __m512i tbl) {
-    __m512i q = _mm512_broadcast_i32x4(load128(x[0].qs));
-    q = _mm512_mask_broadcast_i32x4(q, 0xFF00, load128(x[1].qs));
-    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFF00FF00u, q, 4), _mm512_set1_epi8(15));
-    return _mm512_shuffle_epi8(tbl, q);
-  }
-};
-struct Q40W : NibbleW<block_q4_0, GgmlType::Q4_0> {
-  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
-  static __m512i table() {
-    static constexpr int8_t v[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-    return _mm512_broadcast_i32x4(load128(v));
-  }
-};
-struct Iq4nlW : NibbleW<block_iq4_nl, GgmlType::IQ4_NL> {
-  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
-  static __m512i table() { return _mm512_broadcast_i32x4(load128(kvalues_iq4nl)); }
-};
-struct Mxfp4W : NibbleW<block_mxfp4, GgmlType::MXFP4> {
-  static __m512 scales(const Block* x) { return e8m0_half_x16(x); }
-  static __m512i table() { return _mm512_broadcast_i32x4(load128(kvalues_mxfp4)); }
-};
-
-template <class W>
-struct QuantGemm {
-  using Block = typename W::Block;
-  static constexpr int kRows = 2, kCols = 4;  // 16 accumulator pairs' halves
-  template <int R, int C>
-  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
-    const int64_t nb = n / QK;
-    const size_t head = q8_head(nb);
-    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80)), zero = _mm512_setzero_si512();
-    const __m512i two = _mm512_set1_epi32(2), tbl = W::table();
-    __m512 acc0[R][C], acc1[R][C];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = _mm512_setzero_ps();
-    int64_t g = 0;
-    for (; g + 16 <= nb; g += 16) {
-      const Block* x[R];
-      __m512 dw[R];
-      for (int r = 0; r < R; ++r) {
-        x[r] = reinterpret_cast<const Block*>(w + r * ws) + g;
-        dw[r] = W::scales(x[r]);
-      }
-      const uint8_t* pg = p + head + static_cast<size_t>(g / 2) * kPairBytes;
-      __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-      // Block pair j of the group into acc (acc0 for even j, acc1 for odd, as vec_dot).
-      auto pair = [&](int j, __m512(&acc)[R][C]) __attribute__((always_inline)) {
-        __m512i wv[R], wn[R];
-        __m512 pw[R];
-        for (int r = 0; r < R; ++r) {
-          wv[r] = in_reg(W::codes2(x[r] + 2 * j, tbl));
-          wn[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, wv[r]));
-          pw[r] = _mm512_permutexvar_ps(idx, dw[r]);
-        }
-        idx = _mm512_add_epi32(idx, two);
-        for (int c = 0; c < C; ++c) {
-          const uint8_t* q = pg + c * ps + j * kPairBytes;
-          const __m512i av = in_reg(load512(q));
-          const __m512 da = in_reg(_mm512_loadu_ps(q + 64));
-          for (int r = 0; r < R; ++r) {
-            const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wn[r], av, wv[r]));
-            acc[r][c] = _mm512_fmadd_ps(isum, _mm512_mul_ps(pw[r], da), acc[r][c]);
-          }
-        }
-      };
-      for (int j = 0; j < 8; j += 2) {
-        pair(j, acc0);
-        pair(j + 1, acc1);
-      }
-    }
-    const auto dot256 = g < nb ? kernels(W::kType, Isa::Avx2).vec_dot : nullptr;
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) {
-        float sum = hsum512(_mm512_add_ps(acc0[r][c], acc1[r][c]));
-        if (dot256) {
-          float rest;
-          dot256((nb - g) * QK, &rest, reinterpret_cast<const Block*>(w + r * ws) + g,
-                 reinterpret_cast<const block_q8_0*>(p + c * ps) + g);
-          sum += rest;
-        }
-        y[c * ldy + r] = sum;
-      }
-  }
-};
-
-// ---- Q5_0 against Q8_0 (the K-quant fallback for rows that do not divide 256) ------------------
-//
-// Its vec_dot is the 256-bit one (simd256_block32.inc), so its tile is the 256-bit tile too,
-// compiled here with the AVX-512 VL forms.
+// Their vec_dot is the 256-bit one (simd256_block32.inc: the scalar reference's summation), so
+// their tiles and decode rows are the 256-bit ones too, compiled here with the AVX-512 VL forms.
+// Measured on AMD Zen 4 against the former 512-bit kernels (16 blocks per step): decode 1.25-1.33x
+// as fast, prefill 1.07x (docs/performance.md).
 
 #include "tensor/simd256_block32.inc"
 #include "tensor/gemm_block32.inc"
@@ -392,16 +256,14 @@ struct KDot {
   }
 };
 
-template <class K>
-constexpr GemmKernel packed_q8() { return {q8_packed_size, q8_pack, run_tiles<K>}; }
 
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
 constexpr GemmKernel kBf16 = unpacked<Bf16Gemm>();
-constexpr GemmKernel kQ80 = packed_q8<QuantGemm<Q80W>>();
-constexpr GemmKernel kQ40 = packed_q8<QuantGemm<Q40W>>();
-constexpr GemmKernel kIq4nl = packed_q8<QuantGemm<Iq4nlW>>();
-constexpr GemmKernel kMxfp4 = packed_q8<QuantGemm<Mxfp4W>>();
+constexpr GemmKernel kQ80 = block32_kernel<Q80B>();
+constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
+constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
+constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kQ50 = block32_kernel<Q50B>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();

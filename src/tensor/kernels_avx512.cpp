@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/DQ/VL/VNNI/BF16) kernels. Every type first gets the 256-bit kernels compiled
-// with the AVX-512 VL forms (VNNI dpbusd/dpwssd); the dots that dominate K3 matvecs (Q8_0, Q4_0,
-// IQ4_NL, MXFP4, Q4_K), the float dots (BF16 with dpbf16ps) and the Q8_0/Q8_K/F16 activation
-// quantizers then get full 512-bit versions.
+// with the AVX-512 VL forms (VNNI dpbusd/dpwssd); Q4_K, the float dots (BF16 with dpbf16ps) and
+// the Q8_0/Q8_K/F16 activation quantizers then get full 512-bit versions. The 32-element block
+// types keep the 256-bit forms (the scalar reference's summation, gemm_avx512.cpp says why).
 // Only file-local code here (kernels_impl.h explains why).
 #include "tensor/avx512.h"
 
@@ -71,91 +71,6 @@ void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
   float sum = hsum512(_mm512_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += bf16_at(x, i) * bf16_at(y, i);
   *s = sum;
-}
-
-// ---- 32-element blocks: sixteen per step, two per 512-bit register -----------------------------
-
-
-// Σ over groups of 16 blocks: scales16(b) gives their 16 combined scales, isum2(b) the int32 lanes
-// of blocks b and b+1 (as floats); the 256-bit kernel takes the remaining blocks.
-template <class Block, class Scales, class Isum2>
-float sum_groups16(int64_t nb, const Block* x, const block_q8_0* y,
-                   void (*dot256)(int64_t, float*, const void*, const void*), Scales&& scales16, Isum2&& isum2) {
-  const __m512i idx0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 15 < nb; i += 16) {
-    prefetch_span<kDotPrefetchBytes, 16 * sizeof(Block)>(x + i);
-    const __m512 sc = scales16(i);
-    __m512i idx = idx0;  // [s_2k x8 | s_2k+1 x8] for the pair k
-    for (int k = 0; k < 16; k += 4) {
-      acc0 = _mm512_fmadd_ps(isum2(i + k), _mm512_permutexvar_ps(idx, sc), acc0);
-      idx = _mm512_add_epi32(idx, two);
-      acc1 = _mm512_fmadd_ps(isum2(i + k + 2), _mm512_permutexvar_ps(idx, sc), acc1);
-      idx = _mm512_add_epi32(idx, two);
-    }
-  }
-  float sum = hsum512(_mm512_add_ps(acc0, acc1));
-  if (i < nb) {
-    float rest;
-    dot256((nb - i) * QK, &rest, x + i, y + i);
-    sum += rest;
-  }
-  return sum;
-}
-
-// Q8_0: Σ w·a = Σ (w+128)·a − 128·Σ a, so dpbusd takes the weight unsigned; exact for all codes.
-void vec_dot_q8_0_512(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_q8_0*>(vx);
-  const auto* y = static_cast<const block_q8_0*>(vy);
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80)), zero = _mm512_setzero_si512();
-  auto isum2 = [&](int64_t b) {
-    const __m512i w = _mm512_xor_si512(pair256(x[b].qs, x[b + 1].qs), bias);
-    const __m512i a = pair256(y[b].qs, y[b + 1].qs);
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, a), _mm512_dpbusd_epi32(zero, bias, a)));
-  };
-  auto scales16 = [&](int64_t b) { return _mm512_mul_ps(f16x16(&x[b].d, sizeof(block_q8_0)), f16x16(&y[b].d, sizeof(block_q8_0))); };
-  *s = sum_groups16(n / QK, x, y, vec_dot_q8_0, scales16, isum2);
-}
-
-// Nibble-coded 32-blocks (Q4_0, IQ4_NL, MXFP4): the table holds value + 128 so that dpbusd can
-// take it unsigned; 128·Σa is subtracted again (exact for every activation code).
-struct Q40Traits {
-  using Block = block_q4_0;
-  static constexpr uint8_t kBiased[16] = {120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135};
-  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
-  static constexpr auto dot256 = vec_dot_q4_0;
-};
-struct Iq4nlTraits {
-  using Block = block_iq4_nl;
-  static constexpr uint8_t kBiased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
-  static __m512 scales(const Block* x) { return f16x16(&x->d, sizeof(Block)); }
-  static constexpr auto dot256 = vec_dot_iq4_nl;
-};
-struct Mxfp4Traits {
-  using Block = block_mxfp4;
-  static constexpr uint8_t kBiased[16] = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
-  static __m512 scales(const Block* x) { return e8m0_half_x16(x); }
-  static constexpr auto dot256 = vec_dot_mxfp4;
-};
-
-template <class Tr>
-void vec_dot_nibble512(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const typename Tr::Block*>(vx);
-  const auto* y = static_cast<const block_q8_0*>(vy);
-  const __m512i tbl = _mm512_broadcast_i32x4(load128(Tr::kBiased));
-  const __m512i m4 = _mm512_set1_epi8(15), bias = _mm512_set1_epi8(static_cast<char>(0x80)), zero = _mm512_setzero_si512();
-  auto isum2 = [&](int64_t b) {
-    // 128-bit lanes [qs0, qs0 >> 4, qs1, qs1 >> 4]: the codes of two blocks in element order
-    __m512i q = _mm512_broadcast_i32x4(load128(x[b].qs));
-    q = _mm512_mask_broadcast_i32x4(q, 0xFF00, load128(x[b + 1].qs));
-    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFF00FF00u, q, 4), m4);
-    const __m512i a = pair256(y[b].qs, y[b + 1].qs);
-    const __m512i p = _mm512_dpbusd_epi32(zero, _mm512_shuffle_epi8(tbl, q), a);
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(p, _mm512_dpbusd_epi32(zero, bias, a)));
-  };
-  auto scales16 = [&](int64_t b) { return _mm512_mul_ps(Tr::scales(x + b), f16x16(&y[b].d, sizeof(block_q8_0))); };
-  *s = sum_groups16(n / QK, x, y, Tr::dot256, scales16, isum2);
 }
 
 // ---- Q4_K -------------------------------------------------------------------------------------
@@ -253,10 +168,6 @@ void register_avx512_kernels(KernelTable& t) {
   dot(T::F32) = vec_dot_float512<load16_f32, f32_at, 4>;
   dot(T::F16) = vec_dot_float512<load16_f16, f16_at, 2>;
   dot(T::BF16) = vec_dot_bf16_512;
-  dot(T::Q8_0) = vec_dot_q8_0_512;
-  dot(T::Q4_0) = vec_dot_nibble512<Q40Traits>;
-  dot(T::IQ4_NL) = vec_dot_nibble512<Iq4nlTraits>;
-  dot(T::MXFP4) = vec_dot_nibble512<Mxfp4Traits>;
   dot(T::Q4_K) = vec_dot_q4_K_512;
   t[static_cast<int>(T::Q8_0)].from_float = from_float_q8_0_512;
   t[static_cast<int>(T::Q8_K)].from_float = from_float_q8_K_512;

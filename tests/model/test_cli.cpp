@@ -182,6 +182,20 @@ TEST(Cli, RunStreamingExpertsMatchesMapped) {
   EXPECT_NE(out.find("--expert-cache"), std::string::npos) << out;
 }
 
+// --no-mmap: the weights copied into anonymous memory give the mapped run's ids; with streamed
+// experts it is refused, naming both flags.
+TEST(Cli, RunNoMmapMatchesMapped) {
+  const std::string model = tiny_cli_model();
+  const std::string base = k3_bin() + " run -m " + model + " --ids 10,20,30 -n 12 --temp 0 --ignore-eos --json -t 1";
+  std::string out, ref;
+  ASSERT_EQ(run_cmd(base + " --expert-cache off", &ref, false), 0) << ref;
+  ASSERT_EQ(run_cmd(base + " --no-mmap", &out, false), 0) << out;
+  EXPECT_EQ(json::parse(ref)["ids"], json::parse(out)["ids"]);
+  EXPECT_EQ(run_cmd(base + " --no-mmap --expert-cache 64M", &out), 1);
+  EXPECT_NE(out.find("--no-mmap"), std::string::npos) << out;
+  EXPECT_NE(out.find("--expert-cache"), std::string::npos) << out;
+}
+
 namespace {
 json run_ids(const std::string& model, const std::string& ids, const std::string& extra) {
   std::string out;
