@@ -233,7 +233,9 @@ void print_profile(const char* title, const json& prof, const json& layers) {
   std::printf("  by layer (ms/token):");
   for (const auto& e : layers) {
     const int il = e["layer"].get<int>();
-    std::printf(il < 0 ? " other %.3f" : " %d: %.3f", il, e["ms_per_token"].get<double>());
+    const double ms = e["ms_per_token"].get<double>();
+    if (il < 0) std::printf(" other %.3f", ms);
+    else std::printf(" %d: %.3f", il, ms);
   }
   std::printf("\n");
 }

@@ -127,9 +127,8 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
       ->capture_default_str();
   app.add_flag("--no-prefetch", f.no_prefetch, "do not prefetch the next layer's predicted experts");
   app.add_flag("--no-mmap", f.no_mmap,
-               "copy the weights into anonymous memory (2 MB pages) instead of reading them through the file "
-               "mapping: faster decode where the page cache is backed by small pages (virtual machines); needs "
-               "the whole model in memory");
+               "copy the weights into anonymous memory (2 MB pages where the kernel gives them) instead of "
+               "reading them through the file mapping; needs the whole model in memory (no streamed experts)");
   app.add_option("--io-threads", f.io_threads, "pread threads for expert reads (without io_uring)")
       ->capture_default_str();
   app.add_flag("--no-io-uring", f.no_uring, "read experts with a pread thread pool even where io_uring works");

@@ -27,10 +27,10 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
   // Replaces the mapping by anonymous memory holding the same bytes at the same address (so
-  // pointers into it stay valid), in 2 MB pages where the kernel gives them (MADV_HUGEPAGE). Where
-  // the page cache is backed by small pages, as in the VMs we measure on, the anonymous copy
-  // streams about 1.6 times faster (docs/performance.md). The file's page cache is left as clean,
-  // reclaimable cache. Logically const: the bytes do not change. Throws k3::Error when memory runs out.
+  // pointers into it stay valid), in 2 MB pages where the kernel gives them (MADV_HUGEPAGE), for
+  // hosts where the page cache's small pages slow the weight streams (docs/benchmarks.md has what
+  // it changed where measured). The file's page cache is left as clean, reclaimable cache.
+  // Logically const: the bytes do not change. Throws k3::Error when memory runs out.
   void copy_to_anonymous() const;
 
  private:
