@@ -128,6 +128,23 @@ void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
 
 // ---- vec_dot: 32-element blocks ---------------------------------------------------------------
 
+// The block terms float(Σ w·a) · (d_w · d_a) of Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 are summed in 8
+// lanes: lane l takes block 8g + kLaneBlock[l] of each group g of 8 blocks (+0 for the blocks
+// a short last group lacks), and the lanes are added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+// (l3 + l7)). It is the order of the 256-bit kernels (simd256_block32.inc), which form a group's
+// terms in one vector, so every form gives these bits; ggml adds the terms one after the other.
+template <class Term>
+float lane_sum(int64_t nb, Term&& term) {
+  static constexpr int kLaneBlock[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  float acc[8] = {};
+  for (int64_t g = 0; g < nb; g += 8)
+    for (int l = 0; l < 8; ++l) {
+      const int64_t b = g + kLaneBlock[l];
+      acc[l] += b < nb ? term(b) : 0.0f;
+    }
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 // Codes of a 16-byte nibble array: byte j holds element j (low) and j+16 (high).
 void unpack_nibbles(const uint8_t* qs, int8_t* c) {
   for (int j = 0; j < 16; ++j) {
@@ -139,14 +156,12 @@ void unpack_nibbles(const uint8_t* qs, int8_t* c) {
 void vec_dot_q4_0(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q4_0*>(vx);
   const auto* y = static_cast<const block_q8_0*>(vy);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
+  *s = lane_sum(n / QK, [&](int64_t i) {
     int8_t c[QK];
     unpack_nibbles(x[i].qs, c);
     for (int8_t& v : c) v = static_cast<int8_t>(v - 8);
-    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
-  }
-  *s = sum;
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  });
 }
 
 void vec_dot_q4_1(int64_t n, float* s, const void* vx, const void* vy) {
@@ -172,14 +187,12 @@ void unpack_q5(const uint8_t* qh4, const uint8_t* qs, int8_t* c) {
 void vec_dot_q5_0(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q5_0*>(vx);
   const auto* y = static_cast<const block_q8_0*>(vy);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
+  *s = lane_sum(n / QK, [&](int64_t i) {
     int8_t c[QK];
     unpack_q5(x[i].qh, x[i].qs, c);
     for (int8_t& v : c) v = static_cast<int8_t>(v - 16);
-    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
-  }
-  *s = sum;
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  });
 }
 
 void vec_dot_q5_1(int64_t n, float* s, const void* vx, const void* vy) {
@@ -198,10 +211,9 @@ void vec_dot_q5_1(int64_t n, float* s, const void* vx, const void* vy) {
 void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q8_0*>(vx);
   const auto* y = static_cast<const block_q8_0*>(vy);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i)
-    sum += static_cast<float>(dot32(x[i].qs, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
-  *s = sum;
+  *s = lane_sum(n / QK, [&](int64_t i) {
+    return static_cast<float>(dot32(x[i].qs, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  });
 }
 
 void lookup_nibbles(const uint8_t* qs, const int8_t* table, int8_t* c) {
@@ -215,25 +227,21 @@ void lookup_nibbles(const uint8_t* qs, const int8_t* table, int8_t* c) {
 void vec_dot_mxfp4(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_mxfp4*>(vx);
   const auto* y = static_cast<const block_q8_0*>(vy);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
+  *s = lane_sum(n / QK, [&](int64_t i) {
     int8_t c[QK];
     lookup_nibbles(x[i].qs, kvalues_mxfp4, c);
-    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (e8m0_to_fp32_half(x[i].e) * h2f(y[i].d));
-  }
-  *s = sum;
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (e8m0_to_fp32_half(x[i].e) * h2f(y[i].d));
+  });
 }
 
 void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_iq4_nl*>(vx);
   const auto* y = static_cast<const block_q8_0*>(vy);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
+  *s = lane_sum(n / QK, [&](int64_t i) {
     int8_t c[QK];
     lookup_nibbles(x[i].qs, kvalues_iq4nl, c);
-    sum += static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
-  }
-  *s = sum;
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  });
 }
 
 // ---- vec_dot: 256-element super-blocks with Q8_K ----------------------------------------------
