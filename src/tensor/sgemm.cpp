@@ -31,10 +31,9 @@ constexpr Sgemm kScalar{1, 1, pack_rows, run_ref, tile_ref};
 }  // namespace
 
 const Sgemm& sgemm_kernel(Isa isa) {
-  const Isa best = cpu_best_isa();
-  if (isa > best) isa = best;
-  switch (isa) {
+  switch (usable_isa(isa)) {
     case Isa::Avx512: return detail::kSgemmAvx512;
+    case Isa::AvxVnni:  // no VNNI in a float GEMM: the AVX2 kernel
     case Isa::Avx2: return detail::kSgemmAvx2;
     case Isa::Scalar: break;
   }
