@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/base64.h"
 #include "common/error.h"
 #include "tokenizer/strmap.h"
 #include "tokenizer/unicode.h"
@@ -37,15 +38,6 @@ struct ByteMap {
 const ByteMap& byte_map() {
   static const ByteMap m;
   return m;
-}
-
-int base64_value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
 }
 
 // Standard base64 with padding; false on any malformation.

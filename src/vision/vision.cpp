@@ -5,6 +5,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/base64.h"
+
 namespace k3::vision {
 
 Vision::Vision(const std::string& mmproj_path, const VisionOptions& o)
@@ -41,15 +43,6 @@ std::vector<uint8_t> read_image_file(const std::string& path) {
 
 namespace {
 
-int b64(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
 std::string lower(std::string_view s) {
   std::string r(s);
   for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -84,7 +77,7 @@ DataUrl parse_data_url(std::string_view url, const std::string& name) {
       ++pad;
       continue;
     }
-    const int v = b64(c);
+    const int v = base64_value(c);
     if (v < 0 || pad > 0)
       return bad(strprintf("broken base64 in the data URL: %s at offset %zu", pad ? "data after '=' padding" : "invalid character", i));
     acc = (acc << 6) | static_cast<uint32_t>(v);
