@@ -135,7 +135,6 @@ void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
 // terms in one vector, so every form gives these bits; ggml adds the terms one after the other.
 template <class Term>
 float lane_sum(int64_t nb, Term&& term) {
-  static constexpr int kLaneBlock[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   float acc[8] = {};
   for (int64_t g = 0; g < nb; g += 8)
     for (int l = 0; l < 8; ++l) {
