@@ -1,6 +1,7 @@
 // Kernel microbenchmarks: vec_dot / decode row / to_float / from_float per type and ISA, a memory read
-// bandwidth probe, matvec over weights larger than L3 reported against that bandwidth, and the
-// multi-token products (gemm: one thread, the tiled kernel against per-pair vec_dot).
+// bandwidth probe and the row orders a decode can read in, matvec over weights larger than L3
+// reported against that bandwidth, and the multi-token products (gemm: one thread, the tiled
+// kernel against per-pair vec_dot).
 //
 //   bench_kernels                                   everything
 //   bench_kernels --benchmark_filter='matvec|membw' the bandwidth acceptance only
@@ -72,20 +73,21 @@ void BM_vec_dot(benchmark::State& st, T t, Isa isa) {
 
 // The decode row kernel (gemm.h) on the same inputs, its activation packed outside the timing.
 void BM_row(benchmark::State& st, T t, Isa isa) {
+  const int64_t n = st.range(0);  // the row length: 1024 (m64's experts), 7168 (K3's hidden size)
   const QuantKernels& k = kernels(t, isa);
   const GemmKernel* g = gemm_kernel(t, isa);
-  const std::vector<uint8_t> w = quantized(t, random_floats(kRow, 1));
-  std::vector<uint8_t> a(row_size(k.vec_dot_type, kRow)), packed(g->packed_size(kRow));
-  const std::vector<float> x = random_floats(kRow, 2);
-  kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), kRow);
-  g->pack(a.data(), packed.data(), kRow);
+  const std::vector<uint8_t> w = quantized(t, random_floats(n, 1));
+  std::vector<uint8_t> a(row_size(k.vec_dot_type, n)), packed(g->packed_size(n));
+  const std::vector<float> x = random_floats(n, 2);
+  kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), n);
+  g->pack(a.data(), packed.data(), n);
   float s = 0;
   for (auto _ : st) {
-    g->row(kRow, w.data(), packed.data(), &s);
+    g->row(n, w.data(), packed.data(), &s);
     benchmark::DoNotOptimize(s);
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
-  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(kRow) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 // llama.cpp's kernel on the same inputs (ggml CPU backend via dlopen), for comparison.
@@ -152,6 +154,44 @@ void BM_membw(benchmark::State& st) {
   }
   st.counters["GB/s"] = static_cast<double>(kProbeBytes) / best / 1e9;
   st.counters["GB/s_mean"] = static_cast<double>(kProbeBytes) * static_cast<double>(st.iterations()) / total / 1e9;
+}
+
+// ---- the order a decode reads its rows in ---------------------------------------------------
+
+// One thread reads the probe buffer as rows of range(0) bytes, a line at a time, in one of three
+// orders: row after row (one stream); rows r and r + 1 side by side, then r + 2 and r + 3 (two
+// interleaved streams through one region: what a two-row decode over neighbouring rows reads);
+// rows i and i + H of the buffer's two halves side by side (two sequential streams). Decides how a
+// kernel that takes several rows at once must pick them (docs/performance.md, "Issue 15").
+enum class RowOrder { One, Pairs, Halves };
+
+void BM_row_order(benchmark::State& st, RowOrder order) {
+  const BigBuffer& buf = probe_buffer();
+  const size_t rb = static_cast<size_t>(st.range(0)), rows = buf.size() / rb / 2 * 2, h = rows / 2;
+  const uint8_t* p = buf.data();
+  auto line = [](const uint8_t* q) {
+    uint64_t a, b;
+    std::memcpy(&a, q, 8);
+    std::memcpy(&b, q + 32, 8);
+    return a + b;
+  };
+  uint64_t sum = 0;
+  double best = 1e30;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (order == RowOrder::One) {
+      for (size_t o = 0; o + 64 <= rows * rb; o += 64) sum += line(p + o);
+    } else {
+      const size_t step = order == RowOrder::Pairs ? 2 : 1, far = order == RowOrder::Pairs ? rb : h * rb;
+      for (size_t r = 0; r < (order == RowOrder::Pairs ? rows : h); r += step)
+        for (size_t o = 0; o + 64 <= rb; o += 64) sum += line(p + r * rb + o) + line(p + r * rb + far + o);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, s);
+    st.SetIterationTime(s);
+  }
+  benchmark::DoNotOptimize(sum);
+  st.counters["GB/s"] = static_cast<double>(rows * rb) / best / 1e9;
 }
 
 // ---- matvec over weights larger than L3 -------------------------------------------------------
@@ -273,7 +313,7 @@ void register_all() {
       const std::string suffix = std::string(type_name(t)) + "/" + isa_name(isa);
       benchmark::RegisterBenchmark(("vec_dot/" + suffix).c_str(), BM_vec_dot, t, isa);
       if (const GemmKernel* g = gemm_kernel(t, isa); g && g->row)
-        benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa);
+        benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa)->Arg(1024)->Arg(kRow);
       benchmark::RegisterBenchmark(("to_float/" + suffix).c_str(), BM_to_float, t, isa);
     }
   if (test::GgmlCpu::get())
@@ -283,6 +323,9 @@ void register_all() {
   for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K})
     for (Isa isa : isas())
       benchmark::RegisterBenchmark(("from_float/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_from_float, t, isa);
+  for (auto [name, order] : {std::pair{"one", RowOrder::One}, {"pairs", RowOrder::Pairs}, {"halves", RowOrder::Halves}})
+    benchmark::RegisterBenchmark(("row_order/" + std::string(name)).c_str(), BM_row_order, order)
+        ->Arg(544)->Arg(3808)->Arg(7616)->UseManualTime()->Iterations(4)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q4_K, T::Q8_0, T::MXFP4, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {

@@ -1,0 +1,114 @@
+// Decode-row A/B: the 32-element block decode rows (gemm_block32.inc) of two source trees compiled
+// into one binary and timed call by call, alternating in batches of 20 rows, for MXFP4 and Q8_0 at
+// 1024 and 7168 inputs. On a shared host the absolute rate of a kernel moves by 15-30 % from one
+// minute to the next while the ratio of two kernels timed this way stays within about 2 %, so a
+// kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second copy of A (A')
+// is the control: identical code placed elsewhere in the binary reads up to 7 % apart on Zen 4
+// (loop alignment), so a change counts only where A/B is further from 1 than A/A'. Built and run by
+// bench/row_ab, which sets K3_AB_A / K3_AB_B to the two trees' src directories; the quantizer and
+// the headers the .inc files need come from the working tree. Both trees must give the same bits.
+#include <immintrin.h>
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "tensor/blocks.h"
+#include "tensor/gemm.h"
+#include "tensor/kernels.h"
+
+#define K3_STR(x) #x
+#define K3_PATH(dir, file) K3_STR(dir/tensor/file)
+
+namespace k3 {
+namespace va {
+#include K3_PATH(K3_AB_A, simd256_common.inc)
+#include K3_PATH(K3_AB_A, gemm_tiles.inc)
+#include K3_PATH(K3_AB_A, simd256_block32.inc)
+#include K3_PATH(K3_AB_A, gemm_block32.inc)
+}  // namespace va
+namespace vb {
+#include K3_PATH(K3_AB_B, simd256_common.inc)
+#include K3_PATH(K3_AB_B, gemm_tiles.inc)
+#include K3_PATH(K3_AB_B, simd256_block32.inc)
+#include K3_PATH(K3_AB_B, gemm_block32.inc)
+}  // namespace vb
+namespace vc {  // A again: the control, what code placement alone moves
+#include K3_PATH(K3_AB_A, simd256_common.inc)
+#include K3_PATH(K3_AB_A, gemm_tiles.inc)
+#include K3_PATH(K3_AB_A, simd256_block32.inc)
+#include K3_PATH(K3_AB_A, gemm_block32.inc)
+}  // namespace vc
+}  // namespace k3
+
+namespace {
+using namespace k3;
+
+// Rounds of 20 rows of A, then 20 of B: the fastest batch of each and the median per-round ratio.
+template <class A, class B>
+bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, const uint8_t* pa, const uint8_t* pb) {
+  float ya, yb;
+  A::row(n, w, pa, &ya);
+  B::row(n, w, pb, &yb);
+  if (std::memcmp(&ya, &yb, sizeof(float)) != 0) {
+    std::printf("%s n=%ld: the trees give different bits (%.9g vs %.9g)\n", type, static_cast<long>(n), ya, yb);
+    return false;
+  }
+  constexpr int kBatch = 20, kRounds = 3000;
+  std::vector<double> ratio;
+  uint64_t best_a = ~0ull, best_b = ~0ull;
+  volatile float sink = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const uint64_t t0 = __rdtsc();
+    for (int i = 0; i < kBatch; ++i) {
+      A::row(n, w, pa, &ya);
+      sink = ya;
+    }
+    const uint64_t t1 = __rdtsc();
+    for (int i = 0; i < kBatch; ++i) {
+      B::row(n, w, pb, &yb);
+      sink = yb;
+    }
+    const uint64_t t2 = __rdtsc();
+    best_a = std::min(best_a, t1 - t0), best_b = std::min(best_b, t2 - t1);
+    ratio.push_back(static_cast<double>(t1 - t0) / static_cast<double>(t2 - t1));
+  }
+  std::sort(ratio.begin(), ratio.end());
+  std::printf("%-6s n=%5ld %-4s %7.1f / %7.1f TSC ticks a row, ratio best %.3f, median %.3f\n", type, static_cast<long>(n), pair,
+              static_cast<double>(best_a) / kBatch, static_cast<double>(best_b) / kBatch,
+              static_cast<double>(best_a) / static_cast<double>(best_b), ratio[ratio.size() / 2]);
+  return true;
+}
+
+template <template <class> class TileA, template <class> class TileB, template <class> class TileC, class WA, class WB, class WC>
+bool run(GgmlType t, const char* type) {
+  bool ok = true;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {1024, 7168}) {
+    std::vector<float> f(n), x(n);
+    for (float& v : f) v = nd(rng) * 0.05f;
+    for (float& v : x) v = nd(rng);
+    std::vector<uint8_t> w(row_size(t, n)), a(row_size(GgmlType::Q8_0, n));
+    quantize_rows(t, f.data(), w.data(), 1, n, nullptr);
+    kernels(GgmlType::Q8_0, Isa::Scalar).from_float(x.data(), a.data(), n);
+    alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
+    va::b32_pack(a.data(), pa, n);
+    vb::b32_pack(a.data(), pb, n);
+    ok = compare<TileA<WA>, TileB<WB>>(type, "A/B", n, w.data(), pa, pb) && ok;
+    ok = compare<TileA<WA>, TileC<WC>>(type, "A/A'", n, w.data(), pa, pa) && ok;
+  }
+  return ok;
+}
+}  // namespace
+
+int main() {
+  bool ok = run<va::Block32Tile, vb::Block32Tile, vc::Block32Tile, va::Mxfp4B, vb::Mxfp4B, vc::Mxfp4B>(GgmlType::MXFP4, "mxfp4");
+  ok = run<va::Block32Tile, vb::Block32Tile, vc::Block32Tile, va::Q80B, vb::Q80B, vc::Q80B>(GgmlType::Q8_0, "q8_0") && ok;
+  return ok ? 0 : 1;
+}
