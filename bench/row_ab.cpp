@@ -1,12 +1,13 @@
 // Decode-row A/B: the 32-element block decode rows (gemm_block32.inc) of two source trees compiled
 // into one binary and timed call by call, alternating in batches of 20 rows, for MXFP4 and Q8_0 at
 // 1024 and 7168 inputs. On a shared host the absolute rate of a kernel moves by 15-30 % from one
-// minute to the next while the ratio of two kernels timed this way stays within about 2 %, so a
-// kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second copy of A (A')
-// is the control: identical code placed elsewhere in the binary reads up to 7 % apart on Zen 4
-// (loop alignment), so a change counts only where A/B is further from 1 than A/A'. Built and run by
-// bench/row_ab, which sets K3_AB_A / K3_AB_B to the two trees' src directories; the quantizer and
-// the headers the .inc files need come from the working tree. Both trees must give the same bits.
+// minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
+// run to run, so a kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second
+// copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
+// apart on Zen 4 (loop alignment), so a change counts only where A/B is further from 1 than A/A'.
+// Built and run by bench/row_ab, which sets K3_AB_A / K3_AB_B to the two trees' src directories;
+// the quantizer and the headers the .inc files need come from the working tree. Both trees must
+// give the same bits.
 #include <immintrin.h>
 #include <x86intrin.h>
 
