@@ -5,9 +5,9 @@
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
 // apart on Zen 4 (loop alignment), so a change counts only where A/B is further from 1 than A/A'.
-// Built and run by bench/row_ab, which sets K3_AB_A / K3_AB_B to the two trees' src directories;
-// the quantizer and the headers the .inc files need come from the working tree. Both trees must
-// give the same bits.
+// Built and run by bench/row_ab (once a kernel level: the flags and K3_AVX512 select the forms),
+// which sets K3_AB_A / K3_AB_B to the two trees' src directories; the quantizer and the headers the
+// .inc files need come from the working tree. Both trees must give the same bits.
 #include <immintrin.h>
 #include <x86intrin.h>
 
@@ -86,7 +86,8 @@ bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, co
   return true;
 }
 
-template <template <class> class TileA, template <class> class TileB, template <class> class TileC, class WA, class WB, class WC>
+// WA, WB, WC: one weight type's struct in va, vb and vc.
+template <class WA, class WB, class WC>
 bool run(GgmlType t, const char* type) {
   bool ok = true;
   std::mt19937 rng(1);
@@ -101,15 +102,15 @@ bool run(GgmlType t, const char* type) {
     alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
     va::b32_pack(a.data(), pa, n);
     vb::b32_pack(a.data(), pb, n);
-    ok = compare<TileA<WA>, TileB<WB>>(type, "A/B", n, w.data(), pa, pb) && ok;
-    ok = compare<TileA<WA>, TileC<WC>>(type, "A/A'", n, w.data(), pa, pa) && ok;
+    ok = compare<va::Block32Tile<WA>, vb::Block32Tile<WB>>(type, "A/B", n, w.data(), pa, pb) && ok;
+    ok = compare<va::Block32Tile<WA>, vc::Block32Tile<WC>>(type, "A/A'", n, w.data(), pa, pa) && ok;
   }
   return ok;
 }
 }  // namespace
 
 int main() {
-  bool ok = run<va::Block32Tile, vb::Block32Tile, vc::Block32Tile, va::Mxfp4B, vb::Mxfp4B, vc::Mxfp4B>(GgmlType::MXFP4, "mxfp4");
-  ok = run<va::Block32Tile, vb::Block32Tile, vc::Block32Tile, va::Q80B, vb::Q80B, vc::Q80B>(GgmlType::Q8_0, "q8_0") && ok;
+  bool ok = run<va::Mxfp4B, vb::Mxfp4B, vc::Mxfp4B>(GgmlType::MXFP4, "mxfp4");
+  ok = run<va::Q80B, vb::Q80B, vc::Q80B>(GgmlType::Q8_0, "q8_0") && ok;
   return ok ? 0 : 1;
 }
