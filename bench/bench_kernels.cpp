@@ -316,7 +316,7 @@ void register_all() {
       const std::string suffix = std::string(type_name(t)) + "/" + isa_name(isa);
       benchmark::RegisterBenchmark(("vec_dot/" + suffix).c_str(), BM_vec_dot, t, isa);
       if (const GemmKernel* g = gemm_kernel(t, isa); g && g->row)
-        benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa)->Arg(1024)->Arg(kRow);
+        benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa)->Arg(128)->Arg(256)->Arg(1024)->Arg(kRow);
       benchmark::RegisterBenchmark(("to_float/" + suffix).c_str(), BM_to_float, t, isa);
     }
   if (test::GgmlCpu::get())

@@ -7,6 +7,8 @@
 
 namespace k3::model {
 
+struct Ctx;
+
 // Bank entries for the T tokens of a batch, in push order; each entry is [T][H]. The first n
 // entries are in use; reset() keeps the memory of all of them for the next pass.
 struct Bank {
@@ -25,7 +27,8 @@ struct Bank {
 
 // out[T][H] = Mix(bank, c, w): passthrough (copy) if the bank is empty; else scores
 // z_j = dot(rmsnorm(s_j), w) over sources [bank..., c], p = softmax(z), out = sum_j p_j s_j with
-// the bank part accumulated in bank order and p_n * c added last. out may not alias c.
-void attnres_mix(const Bank& bank, const float* c, const float* w, float eps, float* out);
+// the bank part accumulated in bank order and p_n * c added last, the tokens split over ctx's
+// threads. out may not alias c.
+void attnres_mix(Ctx& ctx, const Bank& bank, const float* c, const float* w, float eps, float* out);
 
 }  // namespace k3::model

@@ -11,7 +11,11 @@ void situ_hidden(Ctx& ctx, const ops::Situ& situ, const Tensor& gate, const Tens
   scratch_zeros(b, T * F);
   const LinearJob jobs[] = {{gate, x, a}, {up, x, b.data()}};  // one region at T = 1
   linear_batch(ctx, jobs, 2, T);
-  situ.apply(a, b.data(), T * F);
+  situ_rows(ctx, situ, a, b.data(), T, F);
+}
+
+void situ_rows(Ctx& ctx, const ops::Situ& situ, float* a, const float* b, int64_t T, int64_t F) {
+  par_for(ctx, T, 16 * F, [&](int64_t t0, int64_t t1) { situ.apply(a + t0 * F, b + t0 * F, (t1 - t0) * F); });
 }
 
 void ffn_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t, const float* x, int64_t T,

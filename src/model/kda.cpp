@@ -12,21 +12,31 @@ namespace {
 
 // Causal depthwise conv over time + silu (§6.3 step 2). p: [T][D] projected inputs; conv_w:
 // [D][K] taps (tap K-1 on the current input); state: [D][K-1] previous inputs, oldest first.
+// Computed a time step at a time across the channels: contiguous rows that vectorise, where a
+// channel at a time walked T rows D floats apart (the same cache set at D = 2048). Each output is
+// still 0 + w_0 x_0 + ... + w_{K-1} x_{K-1} in tap order.
 void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, float* y) {
   const int64_t S = K - 1;
-  thread_local std::vector<float> ext;  // one channel's window sequence: state, then the batch
-  scratch_zeros(ext, S + T);
+  thread_local std::vector<float> taps, hist;  // [K][D] taps, [S][D] previous inputs
+  scratch_zeros(taps, K * D);
+  scratch_zeros(hist, S * D);
   for (int64_t c = 0; c < D; ++c) {
-    float* sc = state + c * S;
-    for (int64_t j = 0; j < S; ++j) ext[j] = sc[j];
-    for (int64_t t = 0; t < T; ++t) ext[S + t] = p[t * D + c];
-    const float* wc = conv_w + c * K;
-    for (int64_t t = 0; t < T; ++t) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < K; ++j) acc += wc[j] * ext[t + j];
-      y[t * D + c] = acc;
+    for (int64_t j = 0; j < K; ++j) taps[j * D + c] = conv_w[c * K + j];
+    for (int64_t j = 0; j < S; ++j) hist[j * D + c] = state[c * S + j];
+  }
+  // input row r of the window sequence: the S previous inputs, then the batch
+  auto in = [&](int64_t r) { return r < S ? &hist[r * D] : p + (r - S) * D; };
+  for (int64_t t = 0; t < T; ++t) {
+    float* yt = y + t * D;
+    for (int64_t c = 0; c < D; ++c) yt[c] = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      const float *wj = &taps[j * D], *xj = in(t + j);
+      for (int64_t c = 0; c < D; ++c) yt[c] += wj[c] * xj[c];
     }
-    for (int64_t j = 0; j < S; ++j) sc[j] = ext[T + j];
+  }
+  for (int64_t j = 0; j < S; ++j) {
+    const float* xj = in(T + j);
+    for (int64_t c = 0; c < D; ++c) state[c * S + j] = xj[c];
   }
   ops::silu_n(y, T * D);
 }
@@ -86,14 +96,13 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       for (int64_t i = 0; i < d; ++i) {
         float& gi = g[t * D + h * d + i];
         const float r = gi + dt_bias[h * d + i];
-        if (hp.kda_gate_lb) {
-          float u = r * A[h];
-          u = ops::sigmoid(-1.0f * u);
-          gi = u * *hp.kda_gate_lb;
-        } else {
-          gi = A[h] * ops::softplus(r);
-        }
+        gi = hp.kda_gate_lb ? -1.0f * (r * A[h]) : A[h] * ops::softplus(r);
       }
+  if (hp.kda_gate_lb) {  // lb * sigmoid(-(r A)), the sigmoid vectorised like the other gates
+    ops::sigmoid_n(g.data(), T * D);
+    const float lb = *hp.kda_gate_lb;
+    for (int64_t i = 0; i < T * D; ++i) g[i] = g[i] * lb;
+  }
   trace("kda_gate", g.data(), D);
 
   // 4. beta [T][n_head]

@@ -82,6 +82,11 @@ std::string seg_prefix(size_t i, size_t n_seg) {
   return n_seg > 1 ? strprintf("sequence %zu of the batch: ", i) : std::string();
 }
 
+// ops::rmsnorm_rows over T rows of n, the rows split over ctx's threads.
+void norm_rows(Ctx& ctx, const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
+  par_for(ctx, T, 4 * n, [&](int64_t t0, int64_t t1) { ops::rmsnorm_rows(x + t0 * n, w, y + t0 * n, t1 - t0, n, eps); });
+}
+
 }  // namespace
 
 void Model::forward(State& st, const int32_t* ids, int64_t T, const RunOptions& opt, Logits want,
@@ -210,12 +215,12 @@ void Model::run(std::span<const Segment> batch, std::span<const SegRows> segs, c
       const LayerWeights& lw = w_.layers[il];
       const int li = static_cast<int>(il);
       // attention: u = Mix(bank, h) with the bank before this layer; bank h if banking
-      if (hp.attn_res()) attnres_mix(bank, h.data(), lw.attn_res_score.f32(), eps, mix.data());
+      if (hp.attn_res()) attnres_mix(ctx, bank, h.data(), lw.attn_res_score.f32(), eps, mix.data());
       else mix = h;
       trace("attn_res_mix", li, mix.data(), Tm, H);
       const bool banked = hp.banks(il);
       if (banked) bank.push(h.data());
-      ops::rmsnorm_rows(mix.data(), lw.attn_norm.f32(), xn.data(), Tm, H, eps);
+      norm_rows(ctx, mix.data(), lw.attn_norm.f32(), xn.data(), Tm, H, eps);
       trace("attn_norm", li, xn.data(), Tm, H);
       if (hp.attn_kind(il) == AttnKind::KDA) {
         kda_forward(ctx, hp, lw, il, part, xn.data(), a.data());
@@ -230,10 +235,10 @@ void Model::run(std::span<const Segment> batch, std::span<const SegRows> segs, c
       trace("ffn_inp", li, p.data(), Tm, H);
 
       // FFN: v = Mix(bank, p) with the bank including this layer's entry
-      if (hp.attn_res()) attnres_mix(bank, p.data(), lw.ffn_res_score.f32(), eps, mix.data());
+      if (hp.attn_res()) attnres_mix(ctx, bank, p.data(), lw.ffn_res_score.f32(), eps, mix.data());
       else mix = p;
       trace("ffn_res_mix", li, mix.data(), Tm, H);
-      ops::rmsnorm_rows(mix.data(), lw.ffn_norm.f32(), xn.data(), Tm, H, eps);
+      norm_rows(ctx, mix.data(), lw.ffn_norm.f32(), xn.data(), Tm, H, eps);
       trace("ffn_norm", li, xn.data(), Tm, H);
       if (hp.ffn_kind(il) == FfnKind::Dense) {
         ffn_forward(ctx, hp, lw, il, xn.data(), Tm, a.data());
@@ -261,9 +266,9 @@ void Model::run(std::span<const Segment> batch, std::span<const SegRows> segs, c
       tail.reset(R, H);
       for (size_t j = 0; j < bank.n; ++j) gather_rows(bank.entries[j].data(), tail.add());
       gather_rows(h.data(), p.data());
-      if (hp.attn_res()) attnres_mix(tail, p.data(), w_.output_res_score.f32(), eps, mix.data());
+      if (hp.attn_res()) attnres_mix(ctx, tail, p.data(), w_.output_res_score.f32(), eps, mix.data());
       else std::copy_n(p.begin(), R * H, mix.begin());
-      ops::rmsnorm_rows(mix.data(), w_.output_norm.f32(), xn.data(), R, H, eps);
+      norm_rows(ctx, mix.data(), w_.output_norm.f32(), xn.data(), R, H, eps);
       trace("result_norm", -1, xn.data(), R, H);
       float* dst = out->data() + want0 * V;
       linear(ctx, w_.output, xn.data(), R, dst);

@@ -225,7 +225,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       const ExpertMats me = src.mats(w, e);
       linear(ctx, me.gate, zin.data(), n, a.data(), whole_rows);
       linear(ctx, me.up, zin.data(), n, b.data(), whole_rows);
-      situ.apply(a.data(), b.data(), n * F);
+      situ_rows(ctx, situ, a.data(), b.data(), n, F);
       gather(ctx, {{a.data(), F, F_all}}, n);
       linear(ctx, me.down, a.data(), n, ye.data(), w.down_exps.whole_rows());
       src.done(e);
