@@ -80,9 +80,9 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
 }
 
 TEST(Gemm, BitIdenticalToVecDot) {
-  // n: below one 16-block group, one group exactly, groups plus tail blocks; for the float types
-  // also non-multiples of 16 and 64.
-  const int64_t ns_block[] = {64, 512, 1120, 2048};
+  // n: short rows (2, 4 and 7 blocks: one short 8-block group; 128 is ssm_f_b's width), whole
+  // groups, groups plus tail blocks; for the float types also non-multiples of 16 and 64.
+  const int64_t ns_block[] = {64, 128, 224, 512, 1120, 2048};
   const int64_t ns_float[] = {48, 64, 200, 1120, 1043};
   for (Isa isa : kAllIsas) {
     if (!isa_supported(isa)) continue;
