@@ -46,7 +46,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   if (hp.q_lora()) {
     scratch_zeros(qa, T * hp.q_lora_rank);
     linear(ctx, w.q_a, x, T, qa.data());
-    ops::rmsnorm_rows(qa.data(), w.q_a_norm.f32(), qa.data(), T, hp.q_lora_rank, eps);
+    norm_rows(ctx, qa.data(), w.q_a_norm.f32(), qa.data(), T, hp.q_lora_rank, eps);
     linear(ctx, w.q_b, qa.data(), T, q.data());
   } else {
     linear(ctx, w.wq, x, T, q.data());

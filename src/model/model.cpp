@@ -82,11 +82,6 @@ std::string seg_prefix(size_t i, size_t n_seg) {
   return n_seg > 1 ? strprintf("sequence %zu of the batch: ", i) : std::string();
 }
 
-// ops::rmsnorm_rows over T rows of n, the rows split over ctx's threads.
-void norm_rows(Ctx& ctx, const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
-  par_for(ctx, T, 4 * n, [&](int64_t t0, int64_t t1) { ops::rmsnorm_rows(x + t0 * n, w, y + t0 * n, t1 - t0, n, eps); });
-}
-
 }  // namespace
 
 void Model::forward(State& st, const int32_t* ids, int64_t T, const RunOptions& opt, Logits want,

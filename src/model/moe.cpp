@@ -251,7 +251,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 9-10. latent norm, up-projection
   if (hp.latent()) {
     gather(ctx, {{m.data(), dl_out, dl}}, T);
-    if (w.routed_norm) ops::rmsnorm_rows(m.data(), w.routed_norm.f32(), m.data(), T, dl, hp.rms_eps);
+    if (w.routed_norm) norm_rows(ctx, m.data(), w.routed_norm.f32(), m.data(), T, dl, hp.rms_eps);
     linear(ctx, w.routed_up, m.data(), T, out);
   } else {
     std::copy_n(m.begin(), T * dl_out, out);

@@ -38,6 +38,10 @@ void par_for(Ctx& ctx, int64_t n, int64_t cost, FnRef<void(int64_t, int64_t)> fn
   ctx.pool.parallel_for(n, fn);
 }
 
+void norm_rows(Ctx& ctx, const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
+  par_for(ctx, T, 4 * n, [&](int64_t t0, int64_t t1) { ops::rmsnorm_rows(x + t0 * n, w, y + t0 * n, t1 - t0, n, eps); });
+}
+
 // The AMX buffer's F16 product: unrounded activations, llama.cpp's summation order (kernels.h).
 static void linear_f16_as_f32(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y) {
   const auto dot = kernels(GgmlType::F16).dot_f16_f32_amx;

@@ -61,6 +61,8 @@ inline void gather(Ctx& ctx, std::initializer_list<Slice> parts, int64_t T) {
 // fn(begin, end) over [0, n) on the pool, or inline when n * cost (rough flops) is too small for
 // the fork/join to pay off. Results never depend on the split.
 void par_for(Ctx& ctx, int64_t n, int64_t cost, FnRef<void(int64_t, int64_t)> fn);
+// ops::rmsnorm_rows over T rows of n, the rows split over ctx's threads; y may alias x.
+void norm_rows(Ctx& ctx, const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);
 
 // y[T][ne1] = W x for T tokens (x is [T][ne0]). whole_rows: the rows of the weight w is a share
 // of (the F16 rule looks at the whole shape; 0: w.ne1).
