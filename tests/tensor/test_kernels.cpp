@@ -11,6 +11,7 @@
 #include "ggml_cpu_oracle.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/gemm.h"
 #include "tensor/kernels.h"
 
 namespace k3 {
@@ -426,6 +427,45 @@ TEST(KernelsSimd, Mxfp4AllCodesAllExponents) {
       // The activation scale keeps e's products finite and normal: the sum is then exact.
       const Bytes a = gen.acts(T::Q8_0, n, Mode::Pow2, std::clamp(100 - e, -24, 15));
       EXPECT_EQ(dot(T::MXFP4, Isa::Scalar, w, a, n), dot(T::MXFP4, isa, w, a, n)) << isa_name(isa) << " e " << e;
+    }
+  }
+}
+
+// The MXFP4 decode rows and tiles (gemm.h) under every exponent, as the vec_dot above: each group
+// of 8 blocks takes its exponents in one vector (e8m0x8), so they must give the reference's bits
+// for the subnormal scales (e = 0, 1) and the largest (254, 255) as for the rest. Rows of 11
+// blocks: a full group, then a short one; block b's exponent is e + b (mod 256), so each row mixes
+// neighbouring exponents and every exponent meets every lane.
+TEST(KernelsSimd, Mxfp4RowsAllExponents) {
+  Gen gen(11);
+  const int64_t nb = 11, n = nb * QK, rows = 3, toks = 2;
+  for (Isa isa : simd_isas()) {
+    const GemmKernel* g = gemm_kernel(T::MXFP4, isa);
+    ASSERT_NE(g, nullptr) << isa_name(isa);
+    for (int e = 0; e < 256; ++e) {
+      Bytes w(rows * row_size(T::MXFP4, n));
+      for (int64_t b = 0; b < rows * nb; ++b) {
+        w[b * 17] = static_cast<uint8_t>((e + b) % 256);
+        for (int j = 0; j < 16; ++j) w[b * 17 + 1 + j] = static_cast<uint8_t>(gen.uni(0, 255));
+      }
+      const size_t wrow = row_size(T::MXFP4, n), arow = row_size(T::Q8_0, n), ps = g->packed_size(n);
+      Bytes a, packed(ps * toks);
+      for (int64_t k = 0; k < toks; ++k) {
+        const Bytes ak = gen.acts(T::Q8_0, n, Mode::Pow2, std::clamp(100 - e, -24, 15));
+        a.insert(a.end(), ak.begin(), ak.end());
+        g->pack(a.data() + k * arow, packed.data() + k * ps, n);
+      }
+      std::vector<float> y(rows * toks);
+      g->run(n, w.data(), wrow, rows, packed.data(), ps, toks, y.data(), rows);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < toks; ++k) {
+          const Bytes wr(w.begin() + r * wrow, w.begin() + (r + 1) * wrow), ak(a.begin() + k * arow, a.begin() + (k + 1) * arow);
+          const float want = dot(T::MXFP4, Isa::Scalar, wr, ak, n);
+          float one = NAN;
+          g->row(n, wr.data(), packed.data() + k * ps, &one);
+          ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float))) << isa_name(isa) << " row() e " << e << " r " << r << " t " << k;
+          ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float))) << isa_name(isa) << " tile e " << e << " r " << r << " t " << k;
+        }
     }
   }
 }
