@@ -17,6 +17,20 @@ namespace {
 // still 0 + w_0 x_0 + ... + w_{K-1} x_{K-1} in tap order.
 void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, float* y) {
   const int64_t S = K - 1;
+  if (T == 1) {  // decode: a channel's taps and history are contiguous, so no transposed copies
+    for (int64_t c = 0; c < D; ++c) {
+      const float* wc = conv_w + c * K;
+      float* hc = state + c * S;
+      float acc = 0.0f;  // the operations of the loop below, in its order
+      for (int64_t j = 0; j < S; ++j) acc += wc[j] * hc[j];
+      acc += wc[S] * p[c];
+      for (int64_t j = 0; j + 1 < S; ++j) hc[j] = hc[j + 1];
+      if (S > 0) hc[S - 1] = p[c];
+      y[c] = acc;
+    }
+    ops::silu_n(y, D);
+    return;
+  }
   thread_local std::vector<float> taps, hist;  // [K][D] taps, [S][D] previous inputs
   scratch_zeros(taps, K * D);
   scratch_zeros(hist, S * D);

@@ -9,8 +9,9 @@ constexpr int QK = 32;    // legacy / MXFP4 / IQ4_NL block
 constexpr int QK_K = 256;  // K-quant super-block
 
 // The 32-element block dots (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) sum their block terms in 8 lanes:
-// lane l takes block 8g + kLaneBlock[l] of group g, the order in which the 256-bit kernels' hadd
-// rounds leave the block totals (dot_ref.cpp's lane_sum, simd256_block32.inc).
+// lane l takes block 8g + kLaneBlock[l] of group g, the order in which two rounds of pairwise
+// sums over the 256-bit kernels' pair vectors leave the block totals (dot_ref.cpp's lane_sum,
+// simd256_block32.inc).
 constexpr int kLaneBlock[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 #pragma pack(push, 1)
