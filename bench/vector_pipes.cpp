@@ -4,7 +4,7 @@
 // figures do not depend on the TSC rate or turbo. Two kinds that share pipes read as the slower
 // alone; two that issue on different pipes read as about half of that. This is what told, on Zen 5,
 // that hadd costs 2 cycles and that shuffles, multiplies, shifts and float ops share two pipes
-// while logic, adds, unpacks and inserts issue on four (docs/performance.md, "Horizontal sums").
+// while logic and unpacks issue beside them (docs/performance.md, "Horizontal sums").
 //
 //   build/bin/bench_vector_pipes   (compiled with -mavx2 whatever the build's flags; needs AVX2)
 #include <immintrin.h>
