@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -38,7 +39,10 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(std::ifstream(k3())) << "k3 binary not built (" << k3() << ")";
-    dir_ = ::testing::TempDir();
+    // ctest runs each test in its own process at once: a private directory keeps them off each other's files.
+    std::string tmpl = ::testing::TempDir() + "/k3_cli_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << tmpl;
+    dir_ = tmpl;
     model_ = dir_ + "/k3_cli_test.tiktoken";
     config_ = dir_ + "/k3_cli_test_config.json";
     std::ofstream m(model_);
@@ -48,6 +52,9 @@ class Cli : public ::testing::Test {
     m << "aGU= 256\nbGw= 257\naGVsbA== 258\naGVsbG8= 259\n";
     std::ofstream(config_) << R"({"added_tokens_decoder": {"260": {"content": "[BOS]", "special": true},
         "261": {"content": "<|open|>", "special": true}}, "bos_token": "[BOS]"})";
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   std::string vocab() const { return "--vocab " + model_ + " --config " + config_; }
   std::string dir_, model_, config_;
@@ -83,7 +90,6 @@ TEST_F(Cli, StdinAndFile) {
   std::ofstream(f) << "259, 32\n259";
   r = run("detokenize " + vocab() + " -f " + f);
   EXPECT_EQ(r.out, "hello hello");
-  std::remove(f.c_str());
 }
 
 TEST_F(Cli, Errors) {
