@@ -1,7 +1,5 @@
 #include "tensor/matvec.h"
 
-#include <xmmintrin.h>
-
 #include <algorithm>
 
 #include "common/error.h"
@@ -51,7 +49,7 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
       if (!k[j].prefetches)
         for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + kDotPrefetchBytes; pf[j] < end;
              pf[j] += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(pf[j]), _MM_HINT_T0);
+          prefetch_weights(reinterpret_cast<const char*>(pf[j]));
       if (k[j].row) k[j].row(m[j].w.ne0, row, k[j].act, m[j].y + r);
       else k[j].vec_dot(m[j].w.ne0, m[j].y + r, row, k[j].act);
     }
