@@ -51,9 +51,9 @@ struct QuantKernels {
 // How far ahead of its reads a weight stream is prefetched: far enough to cover the memory latency
 // at full bandwidth, near enough that the lines are still in L1/L2 when read (docs/performance.md).
 constexpr size_t kDotPrefetchBytes = 4096;
-// Weight prefetches go to L2: on Intel a prefetcht0 holds an L1 fill buffer for the whole memory
-// latency, and the Q8_0 matvec read 0.67 of the probe with it against 0.87-0.90 into L2; AMD Zen 4
-// showed no difference between the hints (docs/performance.md).
+// Weight prefetches go to L2: on an Intel Xeon the Q8_0 matvec read 0.64-0.78 of the probe with
+// prefetcht0 and 0.87-0.92 with prefetcht1; AMD Zen 4 showed no difference between the hints
+// (docs/benchmarks.md, "Every CPU: Intel Xeon").
 inline void prefetch_weights(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
 // Kernels for the active ISA, or for a given one (falls back to the best available below it).
