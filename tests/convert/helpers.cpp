@@ -14,20 +14,6 @@ namespace k3::test {
 
 namespace fs = std::filesystem;
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string t = std::string(base && *base ? base : "/tmp") + "/k3-convert-test-XXXXXX";
-  std::vector<char> buf(t.begin(), t.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) fail("mkdtemp failed");
-  path = buf.data();
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-}
-
 model::SynthOptions tiny_options(GgmlType type, GgmlType expert_type) {
   model::SynthOptions o = model::synth_preset("tiny");
   o.type = type;

@@ -1,4 +1,4 @@
-// Shared fixtures of the converter tests: temporary directories, synthetic checkpoints written
+// Shared fixtures of the converter tests: synthetic checkpoints written
 // from make-tiny's generator, and comparisons of GGUF sets.
 #pragma once
 #include <cstdint>
@@ -8,16 +8,10 @@
 #include "convert/convert.h"
 #include "convert/hf_writer.h"
 #include "model/synthetic.h"
+#include "support/temp_dir.h"
 
 namespace k3::test {
 
-// A directory under $TMPDIR removed (recursively) by the destructor.
-struct TempDir {
-  TempDir();
-  ~TempDir();
-  std::string path;
-  std::string sub(const std::string& name) const { return path + "/" + name; }
-};
 
 // make-tiny's tiny preset, optionally resized; types as given.
 model::SynthOptions tiny_options(GgmlType type = GgmlType::BF16, GgmlType expert_type = GgmlType::MXFP4);

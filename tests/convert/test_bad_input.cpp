@@ -20,19 +20,19 @@ class ConvertBadInput : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    ckpt_ = new test::Checkpoint(test::make_checkpoint(dir_->path, test::tiny_options()));
+    ckpt_ = new test::Checkpoint(test::make_checkpoint(dir_->path(), test::tiny_options()));
   }
   static void TearDownTestSuite() {
     delete ckpt_;
     delete dir_;
   }
   void SetUp() override {
-    src_ = tmp_.sub("hf");
+    src_ = (tmp_ / "hf");
     fs::copy(ckpt_->hf, src_, fs::copy_options::recursive);
   }
   // Runs the conversion, expects an error containing every needle, and no final output files.
   void expect_failure(const std::vector<std::string>& needles) {
-    const std::string out = tmp_.sub("out");
+    const std::string out = (tmp_ / "out");
     std::string msg;
     try {
       convert::run_convert(test::convert_options(src_, out, 2));

@@ -1,4 +1,4 @@
-// Test helpers: a private temporary directory, whole-file I/O, and running a child process with
+// Test helpers: whole-file I/O, and running a child process with
 // a time limit and an optional address-space limit.
 #pragma once
 #include <fcntl.h>
@@ -19,25 +19,11 @@
 #include <vector>
 
 #include "common/error.h"
+#include "support/temp_dir.h"
 
 namespace gguf_test {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "k3_gguf_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data()) ? tmpl : throw std::runtime_error("mkdtemp failed");
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using k3::test::TempDir;
 
 inline void save(const std::string& path, const std::vector<uint8_t>& b) {
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());

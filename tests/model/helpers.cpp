@@ -12,35 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "model/sampler.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace k3::test {
 
-namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string base = (t && *t) ? t : "/tmp";
-    std::string tmpl = base + "/k3-model-test-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!mkdtemp(buf.data())) std::abort();
-    path = buf.data();
-  }
-  ~TempDir() {
-    if (!std::getenv("K3_KEEP_TEST_FILES")) {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  }
-};
-}  // namespace
 
 std::string temp_dir() {
-  static TempDir d;
-  return d.path;
+  static TempDir d("k3-model-test");
+  return d.path();
 }
 std::string temp_path(const std::string& name) { return temp_dir() + "/" + name; }
 

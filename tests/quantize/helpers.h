@@ -1,4 +1,4 @@
-// Shared helpers of the quantizer tests: temporary directories, the synthetic model they quantize,
+// Shared helpers of the quantizer tests: the synthetic model they quantize,
 // and running the k3 binary / node.
 #pragma once
 #include <sys/wait.h>
@@ -15,6 +15,7 @@
 
 #include "gguf/writer.h"
 #include "model/synthetic.h"
+#include "support/temp_dir.h"
 
 namespace k3::qtest {
 
@@ -25,21 +26,7 @@ inline std::string env_or(const char* k, const char* def) {
 inline std::string source_dir() { return env_or("K3_SOURCE_DIR", "."); }
 inline std::string k3_bin() { return env_or("K3_BIN_DIR", ".") + "/k3"; }
 
-// A fresh directory, removed with the object: in /dev/shm when there is one (the writer fsyncs
-// every file, which costs seconds per file on a slow disk), else the system temp dir.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag) {
-    std::error_code ec;
-    const std::filesystem::path base =
-        std::filesystem::is_directory("/dev/shm", ec) ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
-    path = base / ("k3q_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
+using k3::test::TempDir;
 
 // The synthetic Kimi-K3 the tests quantize: the real layer structure (3 KDA + 2 MLA layers, a
 // dense first layer, latent MoE with shared experts, AttnRes), with widths that are multiples of

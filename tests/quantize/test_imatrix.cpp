@@ -31,7 +31,7 @@ quant::Imatrix sample_imatrix() {
 }  // namespace
 
 TEST(Imatrix, FileIsLlamaCppLayout) {
-  qtest::TempDir dir("imatrix");
+  qtest::TempDir dir("k3q-imatrix", qtest::TempDir::Base::Memory);
   const quant::Imatrix im = sample_imatrix();
   im.save(dir / "a.gguf");
   const auto f = gguf::File::open(dir / "a.gguf");
@@ -68,7 +68,7 @@ TEST(Imatrix, FileIsLlamaCppLayout) {
 }
 
 TEST(Imatrix, CollectorMapsWeightAddresses) {
-  qtest::TempDir dir("collect");
+  qtest::TempDir dir("k3q-collect", qtest::TempDir::Base::Memory);
   model::write_synthetic(dir / "m.gguf", qtest::synth_options());
   const gguf::Model m = gguf::Model::open(dir / "m.gguf");
   quant::ImatrixCollector col(m);
@@ -110,7 +110,7 @@ TEST(Imatrix, CollectorMapsWeightAddresses) {
 // k3 quantize --imatrix gives each expert its own importance row: the bytes equal the reference
 // quantizer called per expert with that expert's values.
 TEST(Imatrix, QuantizeUsesPerExpertValues) {
-  qtest::TempDir dir("perexpert");
+  qtest::TempDir dir("k3q-perexpert", qtest::TempDir::Base::Memory);
   model::write_synthetic(dir / "m.gguf", qtest::synth_options());
   const gguf::Model in = gguf::Model::open(dir / "m.gguf");
   const std::string name = "blk.2.ffn_down_exps.weight";

@@ -64,7 +64,7 @@ std::vector<std::vector<float>> rows_along(const model::Model& m, const std::vec
 
 void check_files(float rms_eps) {
   const std::string script = qtest::source_dir() + "/tests/quantize/llama_batch.mjs";
-  qtest::TempDir dir("llama");
+  qtest::TempDir dir("k3q-llama", qtest::TempDir::Base::Memory);
   const std::string src = dir / "src.gguf";
   model::SynthOptions so = qtest::synth_options(GgmlType::BF16, GgmlType::MXFP4, 21);
   so.rms_eps = rms_eps;

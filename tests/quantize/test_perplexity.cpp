@@ -23,7 +23,7 @@ namespace {
 class Perplexity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new qtest::TempDir("ppl");
+    dir_ = new qtest::TempDir("k3q-ppl", qtest::TempDir::Base::Memory);
     qtest::write_eval_model(*dir_ / "f32.gguf", 1.0, qtest::synth_options(GgmlType::F32, GgmlType::F32, 11));
     qtest::write_file(*dir_ / "eval.txt", qtest::make_text(2, 3000));
     qtest::write_file(*dir_ / "calib.txt", qtest::make_text(1, 3000));

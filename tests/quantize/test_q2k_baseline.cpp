@@ -78,7 +78,7 @@ void measure(const std::vector<float>& x, int64_t ne0, Err& k3, Err& base) {
 }  // namespace
 
 TEST(Q2KBaseline, SearchBeatsMinMaxOnMxfp4Experts) {
-  qtest::TempDir dir("q2k");
+  qtest::TempDir dir("k3q-q2k", qtest::TempDir::Base::Memory);
   const std::string path = dir / "m.gguf";
   model::write_synthetic(path, qtest::synth_options(GgmlType::BF16, GgmlType::MXFP4));
   const gguf::Model m = gguf::Model::open(path);

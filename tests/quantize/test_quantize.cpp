@@ -24,7 +24,7 @@ namespace {
 class Quantize : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir("quantize");
+    dir_ = new TempDir("k3q-quantize", TempDir::Base::Memory);
     model::write_synthetic(src(), qtest::synth_options());
   }
   static void TearDownTestSuite() {
@@ -279,6 +279,6 @@ TEST_F(Quantize, BadInputLeavesNoOutput) {
   EXPECT_NE(r.status, 0);
 
   EXPECT_FALSE(std::filesystem::exists(out));
-  for (const auto& e : std::filesystem::directory_iterator(dir_->path))
+  for (const auto& e : std::filesystem::directory_iterator(dir_->path()))
     EXPECT_FALSE(contains(e.path().string(), ".tmp") || contains(e.path().string(), ".part")) << e.path();
 }

@@ -4,9 +4,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -40,11 +41,8 @@ class Cli : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(std::ifstream(k3())) << "k3 binary not built (" << k3() << ")";
     // ctest runs each test in its own process at once: a private directory keeps them off each other's files.
-    std::string tmpl = ::testing::TempDir() + "/k3_cli_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << tmpl;
-    dir_ = tmpl;
-    model_ = dir_ + "/k3_cli_test.tiktoken";
-    config_ = dir_ + "/k3_cli_test_config.json";
+    model_ = dir_ / "k3_cli_test.tiktoken";
+    config_ = dir_ / "k3_cli_test_config.json";
     std::ofstream m(model_);
     // 256 bytes (base64 of each byte, rank = byte), then "he" (256), "ll" (257), "hell" (258), "hello" (259).
     static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -53,11 +51,9 @@ class Cli : public ::testing::Test {
     std::ofstream(config_) << R"({"added_tokens_decoder": {"260": {"content": "[BOS]", "special": true},
         "261": {"content": "<|open|>", "special": true}}, "bos_token": "[BOS]"})";
   }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
   std::string vocab() const { return "--vocab " + model_ + " --config " + config_; }
-  std::string dir_, model_, config_;
+  k3::test::TempDir dir_{"k3-cli-test"};
+  std::string model_, config_;
 };
 
 }  // namespace
@@ -81,7 +77,7 @@ TEST_F(Cli, TokenizeAndDetokenize) {
 }
 
 TEST_F(Cli, StdinAndFile) {
-  std::string f = dir_ + "/k3_cli_text.txt";
+  std::string f = dir_ / "k3_cli_text.txt";
   std::ofstream(f) << "hello";
   Result r = run("tokenize " + vocab() + " -f " + f);
   EXPECT_EQ(r.out, "259\n");
@@ -106,9 +102,9 @@ TEST_F(Cli, Errors) {
   r = run("tokenize " + vocab() + " --pre qwen2 x");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("unsupported pre-tokenizer 'qwen2'"), std::string::npos) << r.out;
-  std::ofstream bad(dir_ + "/k3_cli_bad.tiktoken");
+  std::ofstream bad(dir_ / "k3_cli_bad.tiktoken");
   bad << "YQ== 0\nYg== 3\nYw== 1\n";
   bad.close();
-  r = run("tokenize --vocab " + dir_ + "/k3_cli_bad.tiktoken x");
-  EXPECT_EQ(r.out, "k3 tokenize: error: " + dir_ + "/k3_cli_bad.tiktoken: rank 2 is missing (ranks must be 0..3 without gaps; rank 3 is on line 2)\n");
+  r = run("tokenize --vocab " + (dir_ / "k3_cli_bad.tiktoken") + " x");
+  EXPECT_EQ(r.out, "k3 tokenize: error: " + (dir_ / "k3_cli_bad.tiktoken") + ": rank 2 is missing (ranks must be 0..3 without gaps; rank 3 is on line 2)\n");
 }
