@@ -5,6 +5,7 @@
 //
 //   bench_kernels                                   everything
 //   bench_kernels --benchmark_filter='matvec|membw' the bandwidth acceptance only
+//   bench_kernels --benchmark_filter=prefetch_ab    L1 against L2 weight prefetches, paired
 // vec_dot/<type>/ggml-<variant> rows run llama.cpp's own kernel (dlopen) on the same inputs.
 #include <benchmark/benchmark.h>
 
@@ -261,6 +262,47 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
   st.counters["ratio_median"] = ratios[ratios.size() / 2];
 }
 
+// The two weight prefetch levels on the matvec above, alternated per iteration (which goes first
+// alternates too), so that a drifting host load hits both alike: the median of the per-pair ratios
+// t(l1) / t(l2) is above 1 where prefetching into L2 reads faster. This is the figure behind the
+// per-vendor default (kernels.h); run it on a new CPU before changing that.
+void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {
+  const BigMatrix& m = big_matrix(t);
+  const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
+  const double bytes = static_cast<double>(w.nb1) * static_cast<double>(m.ne1);
+  const std::vector<float> x = random_floats(kRow, 5);
+  std::vector<float> y(m.ne1);
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  const Isa saved_isa = active_isa();
+  const PrefetchLevel saved_pf = prefetch_level();
+  set_isa(isa);
+  auto timed = [&](PrefetchLevel level) {
+    set_prefetch_level(level);
+    const auto t0 = std::chrono::steady_clock::now();
+    matmul(w, x.data(), 1, y.data(), pool);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  timed(PrefetchLevel::L1);  // warm
+  std::vector<double> t1, t2, ratio;
+  for (auto _ : st) {
+    const bool l1_first = t1.size() % 2 == 0;
+    const double a = timed(l1_first ? PrefetchLevel::L1 : PrefetchLevel::L2);
+    const double b = timed(l1_first ? PrefetchLevel::L2 : PrefetchLevel::L1);
+    t1.push_back(l1_first ? a : b), t2.push_back(l1_first ? b : a);
+    ratio.push_back(t1.back() / t2.back());
+    st.SetIterationTime(a + b);
+  }
+  set_isa(saved_isa);
+  set_prefetch_level(saved_pf);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  st.counters["l1_GB/s"] = bytes / median(t1) / 1e9;
+  st.counters["l2_GB/s"] = bytes / median(t2) / 1e9;
+  st.counters["l1_over_l2_time"] = median(ratio);
+}
+
 // Multi-token product (prefill): weights in cache, compute bound.
 void BM_matmul_tokens(benchmark::State& st, T t, Isa isa) {
   const int64_t ne1 = 2048, n_tokens = 64;
@@ -336,6 +378,11 @@ void register_all() {
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
+  for (T t : {T::Q8_0, T::MXFP4, T::BF16, T::Q4_K})
+    for (Isa isa : isas())
+      if (isa != Isa::Scalar)
+        benchmark::RegisterBenchmark(("prefetch_ab/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_prefetch_ab, t, isa)
+            ->Arg(1)->Arg(2)->UseManualTime()->Iterations(12)->Unit(benchmark::kMillisecond);
   for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::MXFP4, T::Q4_0, T::Q4_K})
     for (Isa isa : isas())
       for (bool tiled : {true, false}) {
@@ -356,6 +403,7 @@ void register_all() {
 int main(int argc, char** argv) {
   setenv("K3_SOURCE_DIR", K3_SOURCE_ROOT, 0);  // where the ggml reference library lives
   k3::register_all();
+  benchmark::AddCustomContext("k3_weight_prefetch", k3::prefetch_level_name(k3::prefetch_level()));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -50,8 +50,17 @@ unsigned detect_isas() {
   return levels;
 }
 
+// The prefetch level: L2 unless K3_PREFETCH says otherwise (kernels.h).
+bool prefetch_l2_from_env() {
+  const char* v = std::getenv("K3_PREFETCH");
+  if (!v || !*v || !std::strcmp(v, "l2")) return true;
+  if (!std::strcmp(v, "l1")) return false;
+  fail("K3_PREFETCH=%s: expected l1 or l2", v);
+}
+
+// The CPU's levels, found once; the prefetch level is chosen with them, before any kernel is handed out.
 unsigned supported_levels() {
-  static const unsigned levels = detect_isas();
+  static const unsigned levels = (detail::g_prefetch_l2 = prefetch_l2_from_env(), detect_isas());
   return levels;
 }
 
@@ -86,6 +95,22 @@ const Tables& tables() {
 std::atomic<int> g_active{-1};
 
 }  // namespace
+
+namespace detail {
+bool g_prefetch_l2 = true;
+}
+
+PrefetchLevel prefetch_level() {
+  supported_levels();
+  return detail::g_prefetch_l2 ? PrefetchLevel::L2 : PrefetchLevel::L1;
+}
+
+void set_prefetch_level(PrefetchLevel level) {
+  supported_levels();
+  detail::g_prefetch_l2 = level == PrefetchLevel::L2;
+}
+
+const char* prefetch_level_name(PrefetchLevel level) { return level == PrefetchLevel::L2 ? "l2" : "l1"; }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

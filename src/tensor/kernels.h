@@ -51,10 +51,27 @@ struct QuantKernels {
 // How far ahead of its reads a weight stream is prefetched: far enough to cover the memory latency
 // at full bandwidth, near enough that the lines are still in L1/L2 when read (docs/performance.md).
 constexpr size_t kDotPrefetchBytes = 4096;
-// Weight prefetches go to L2: on an Intel Xeon the Q8_0 matvec read 0.64-0.78 of the probe with
-// prefetcht0 and 0.87-0.92 with prefetcht1; AMD Zen 4 showed no difference between the hints
-// (docs/benchmarks.md, "Every CPU: Intel Xeon").
-inline void prefetch_weights(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+// Weight prefetches fill L2 (prefetcht1) by default: on an Intel Xeon the 1-thread Q8_0 matvec read
+// 0.87-0.92 of the probe with it against 0.64-0.78 with prefetcht0 (L1); on AMD Zen 4 the two are
+// within 3 % for Q8_0 and MXFP4 and L2 is ahead for BF16 (bench_kernels prefetch_ab, paired;
+// docs/benchmarks.md, "Every CPU"). K3_PREFETCH=l1|l2 chooses; bits never depend on it.
+enum class PrefetchLevel { L1, L2 };
+PrefetchLevel prefetch_level();  // resolved with the CPU's levels, K3_PREFETCH applied
+void set_prefetch_level(PrefetchLevel level);  // between parallel regions only (benchmarks)
+const char* prefetch_level_name(PrefetchLevel level);
+namespace detail {
+extern bool g_prefetch_l2;  // set before any kernel is handed out
+}
+// Runs f with the hint of the prefetch level as a constant (_mm_prefetch needs one): callers branch
+// once per span of lines, not once per line.
+template <class F>
+inline void with_prefetch_hint(F&& f) {
+  if (detail::g_prefetch_l2) f.template operator()<_MM_HINT_T1>();
+  else f.template operator()<_MM_HINT_T0>();
+}
+inline void prefetch_weights(const void* p) {
+  with_prefetch_hint([p]<int kHint>() { _mm_prefetch(static_cast<const char*>(p), static_cast<_mm_hint>(kHint)); });
+}
 
 // Kernels for the active ISA, or for a given one (falls back to the best available below it).
 const QuantKernels& kernels(GgmlType t);

@@ -101,4 +101,18 @@ TEST(Bench, ProfileAndErrors) {
   EXPECT_NE(run(k3_bin() + " bench -m /nonexistent.gguf -p 4 -n 4", &out), 0);
 }
 
+// The weight prefetch level: L2 unless K3_PREFETCH says otherwise, a bad value refused by name.
+TEST(Bench, PrefetchLevel) {
+  const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
+  for (const std::string env : {"", "l1", "l2"}) {
+    std::string out;
+    ASSERT_EQ(run((env.empty() ? "" : "K3_PREFETCH=" + env + " ") + cmd, &out), 0) << out;
+    const json j = json::parse(out.substr(out.find('{')));
+    EXPECT_EQ(j["prefetch"], env.empty() ? "l2" : env) << out;
+  }
+  std::string out;
+  EXPECT_NE(run("K3_PREFETCH=l3 " + cmd, &out), 0);
+  EXPECT_NE(out.find("K3_PREFETCH=l3: expected l1 or l2"), std::string::npos) << out;
+}
+
 }  // namespace
