@@ -5,7 +5,8 @@
 //
 //   bench_kernels                                   everything
 //   bench_kernels --benchmark_filter='matvec|membw' the bandwidth acceptance only
-//   bench_kernels --benchmark_filter=prefetch_ab    L1 against L2 weight prefetches, paired
+//   K3_PREFETCH_B=l2:4096 bench_kernels --benchmark_filter=prefetch_ab
+//                                                   two weight prefetch settings, paired
 // vec_dot/<type>/ggml-<variant> rows run llama.cpp's own kernel (dlopen) on the same inputs.
 #include <benchmark/benchmark.h>
 
@@ -262,10 +263,17 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
   st.counters["ratio_median"] = ratios[ratios.size() / 2];
 }
 
-// The two weight prefetch levels on the matvec above, alternated per iteration (which goes first
-// alternates too), so that a drifting host load hits both alike: the median of the per-pair ratios
-// t(l1) / t(l2) is above 1 where prefetching into L2 reads faster. This is the figure behind the
-// per-vendor default (kernels.h); run it on a new CPU before changing that.
+// Two weight prefetch settings on the matvec above, alternated per iteration (which goes first
+// alternates too), so that a drifting host load hits both alike: A is the setting in force
+// (K3_PREFETCH or the default), B is K3_PREFETCH_B (default: A's distance at the other level).
+// a_over_b_time, the median of the per-pair ratios t(A) / t(B), is above 1 where B reads faster.
+// This is the figure behind the defaults in kernels.h; run it on a new CPU before changing them.
+PrefetchSetting prefetch_b() {
+  const PrefetchSetting a = prefetch_setting();
+  const char* v = std::getenv("K3_PREFETCH_B");
+  return v && *v ? parse_prefetch_setting(v, "K3_PREFETCH_B") : PrefetchSetting{!a.l2, a.bytes};
+}
+
 void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {
   const BigMatrix& m = big_matrix(t);
   const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
@@ -274,33 +282,32 @@ void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {
   std::vector<float> y(m.ne1);
   ThreadPool pool(static_cast<int>(st.range(0)));
   const Isa saved_isa = active_isa();
-  const PrefetchLevel saved_pf = prefetch_level();
+  const PrefetchSetting a = prefetch_setting(), b = prefetch_b();
   set_isa(isa);
-  auto timed = [&](PrefetchLevel level) {
-    set_prefetch_level(level);
+  auto timed = [&](PrefetchSetting s) {
+    set_prefetch_setting(s);
     const auto t0 = std::chrono::steady_clock::now();
     matmul(w, x.data(), 1, y.data(), pool);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  timed(PrefetchLevel::L1);  // warm
-  std::vector<double> t1, t2, ratio;
+  timed(a);  // warm
+  std::vector<double> ta, tb, ratio;
   for (auto _ : st) {
-    const bool l1_first = t1.size() % 2 == 0;
-    const double a = timed(l1_first ? PrefetchLevel::L1 : PrefetchLevel::L2);
-    const double b = timed(l1_first ? PrefetchLevel::L2 : PrefetchLevel::L1);
-    t1.push_back(l1_first ? a : b), t2.push_back(l1_first ? b : a);
-    ratio.push_back(t1.back() / t2.back());
-    st.SetIterationTime(a + b);
+    const bool a_first = ta.size() % 2 == 0;
+    const double first = timed(a_first ? a : b), second = timed(a_first ? b : a);
+    ta.push_back(a_first ? first : second), tb.push_back(a_first ? second : first);
+    ratio.push_back(ta.back() / tb.back());
+    st.SetIterationTime(first + second);
   }
   set_isa(saved_isa);
-  set_prefetch_level(saved_pf);
+  set_prefetch_setting(a);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  st.counters["l1_GB/s"] = bytes / median(t1) / 1e9;
-  st.counters["l2_GB/s"] = bytes / median(t2) / 1e9;
-  st.counters["l1_over_l2_time"] = median(ratio);
+  st.counters["a_GB/s"] = bytes / median(ta) / 1e9;
+  st.counters["b_GB/s"] = bytes / median(tb) / 1e9;
+  st.counters["a_over_b_time"] = median(ratio);
 }
 
 // Multi-token product (prefill): weights in cache, compute bound.
@@ -403,7 +410,9 @@ void register_all() {
 int main(int argc, char** argv) {
   setenv("K3_SOURCE_DIR", K3_SOURCE_ROOT, 0);  // where the ggml reference library lives
   k3::register_all();
-  benchmark::AddCustomContext("k3_weight_prefetch", k3::prefetch_level_name(k3::prefetch_level()));
+  benchmark::AddCustomContext("k3_prefetch", k3::prefetch_setting_name(k3::prefetch_setting()));
+  benchmark::AddCustomContext("k3_prefetch_ab", k3::prefetch_setting_name(k3::prefetch_setting()) + " (A) against " +
+                                                    k3::prefetch_setting_name(k3::prefetch_b()) + " (B)");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -17,9 +17,11 @@
 
 namespace {
 
-enum Op { kShufb, kMaddubs, kMaddwd, kSrlw, kHaddd, kUnpack, kInsert, kAnd, kAddw, kMulps, kAddps, kCvt, kBlendv, kCount };
-const char* const kName[kCount] = {"pshufb", "pmaddubsw", "pmaddwd", "psrlw", "phaddd",  "punpckldq", "vinserti128",
-                                   "pand",   "paddw",     "mulps",   "addps", "cvtdq2ps", "pblendvb"};
+enum Op { kShufb, kMaddubs, kMaddwd, kSrlw, kHaddd, kUnpack, kInsert, kAnd, kAddw, kMulps, kAddps, kCvt, kBlendv,
+          kBlendd, kPerm2, kSign, kAbs, kCount };
+const char* const kName[kCount] = {"pshufb", "pmaddubsw", "pmaddwd", "psrlw",    "phaddd",     "punpckldq",
+                                   "vinserti128", "pand", "paddw",   "mulps",    "addps",      "cvtdq2ps",
+                                   "pblendvb", "pblendd", "vperm2i128", "psignb", "pabsb"};
 
 template <int K>
 inline __m256i op(__m256i a, __m256i t) {
@@ -36,6 +38,10 @@ inline __m256i op(__m256i a, __m256i t) {
   if constexpr (K == kAddps) return _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(t)));
   if constexpr (K == kCvt) return _mm256_castps_si256(_mm256_cvtepi32_ps(a));
   if constexpr (K == kBlendv) return _mm256_blendv_epi8(a, t, a);
+  if constexpr (K == kBlendd) return _mm256_blend_epi32(a, t, 0xF0);
+  if constexpr (K == kPerm2) return _mm256_permute2x128_si256(a, t, 0x21);
+  if constexpr (K == kSign) return _mm256_sign_epi8(a, t);
+  if constexpr (K == kAbs) return _mm256_abs_epi8(_mm256_xor_si256(a, t));
   return a;
 }
 
@@ -105,5 +111,10 @@ int main() {
   pair<kShufb, kInsert>(hz);
   pair<kMaddubs, kAddw>(hz);
   pair<kMaddubs, kCvt>(hz);
+  pair<kShufb, kBlendd>(hz);
+  pair<kMaddubs, kBlendd>(hz);
+  pair<kShufb, kPerm2>(hz);
+  pair<kMaddubs, kSign>(hz);
+  pair<kShufb, kSign>(hz);
   return 0;
 }

@@ -438,7 +438,7 @@ int cmd_bench(int argc, char** argv) {
     j["bytes_by_type"] = bytes_by_type;
     j["threads"] = pool.size();
     j["isa"] = isa_name(active_isa()), j["cpu_isa"] = isa_name(cpu_best_isa());
-    j["prefetch"] = prefetch_level_name(prefetch_level());
+    j["prefetch"] = prefetch_setting_name(prefetch_setting());
     j["p"] = p, j["n"] = n, j["reps"] = reps;
     j["pp_tokens_per_s"] = p > 0 ? json(pp.mean) : json(nullptr);
     j["pp_stddev"] = p > 0 ? json(pp.stddev) : json(nullptr);
@@ -474,9 +474,9 @@ int cmd_bench(int argc, char** argv) {
 
   std::printf("model: %s (%.1f MB;", model_path.c_str(), model_bytes / 1e6);
   for (const auto& [t, b] : bytes_by_type) std::printf(" %s %.1f MB", t.c_str(), b / 1e6);
-  std::printf("), %d threads, %d repetitions, kernels %s (CPU: %s), weight prefetch into %s\n\n  %-8s %18s\n",
+  std::printf("), %d threads, %d repetitions, kernels %s (CPU: %s), weight prefetch %s\n\n  %-8s %18s\n",
               pool.size(), reps, isa_name(active_isa()), isa_name(cpu_best_isa()),
-              prefetch_level_name(prefetch_level()), "test", "t/s");
+              prefetch_setting_name(prefetch_setting()).c_str(), "test", "t/s");
   if (p > 0) std::printf("  pp%-6d %10.2f ± %-6.2f\n", p, pp.mean, pp.stddev);
   if (n > 0) std::printf("  tg%-6d %10.2f ± %-6.2f\n", n, tg.mean, tg.stddev);
   if (par)

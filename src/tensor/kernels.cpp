@@ -50,17 +50,12 @@ unsigned detect_isas() {
   return levels;
 }
 
-// The prefetch level: L2 unless K3_PREFETCH says otherwise (kernels.h).
-bool prefetch_l2_from_env() {
-  const char* v = std::getenv("K3_PREFETCH");
-  if (!v || !*v || !std::strcmp(v, "l2")) return true;
-  if (!std::strcmp(v, "l1")) return false;
-  fail("K3_PREFETCH=%s: expected l1 or l2", v);
-}
-
 // The CPU's levels, found once; the prefetch level is chosen with them, before any kernel is handed out.
 unsigned supported_levels() {
-  static const unsigned levels = (detail::g_prefetch_l2 = prefetch_l2_from_env(), detect_isas());
+  static const unsigned levels = [] {
+    if (const char* v = std::getenv("K3_PREFETCH"); v && *v) detail::g_prefetch = parse_prefetch_setting(v, "K3_PREFETCH");
+    return detect_isas();
+  }();
   return levels;
 }
 
@@ -97,20 +92,39 @@ std::atomic<int> g_active{-1};
 }  // namespace
 
 namespace detail {
-bool g_prefetch_l2 = true;
+PrefetchSetting g_prefetch;
 }
 
-PrefetchLevel prefetch_level() {
+PrefetchSetting prefetch_setting() {
   supported_levels();
-  return detail::g_prefetch_l2 ? PrefetchLevel::L2 : PrefetchLevel::L1;
+  return detail::g_prefetch;
 }
 
-void set_prefetch_level(PrefetchLevel level) {
+void set_prefetch_setting(PrefetchSetting s) {
   supported_levels();
-  detail::g_prefetch_l2 = level == PrefetchLevel::L2;
+  detail::g_prefetch = s;
 }
 
-const char* prefetch_level_name(PrefetchLevel level) { return level == PrefetchLevel::L2 ? "l2" : "l1"; }
+std::string prefetch_setting_name(PrefetchSetting s) {
+  return std::string(s.l2 ? "l2" : "l1") + ":" + std::to_string(s.bytes);
+}
+
+PrefetchSetting parse_prefetch_setting(const char* text, const char* what) {
+  PrefetchSetting s;
+  const std::string v = text;
+  const std::string level = v.substr(0, v.find(':'));
+  if (level != "l1" && level != "l2") fail("%s=%s: expected l1 or l2, optionally :BYTES", what, text);
+  s.l2 = level == "l2";
+  if (level.size() < v.size()) {
+    const std::string b = v.substr(level.size() + 1);
+    char* end = nullptr;
+    const unsigned long n = b.empty() ? 0 : std::strtoul(b.c_str(), &end, 10);
+    if (b.empty() || *end || n < 256 || n > 65536 || n % 64)
+      fail("%s=%s: the distance must be 256-65536 bytes, a multiple of 64", what, text);
+    s.bytes = static_cast<uint32_t>(n);
+  }
+  return s;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <xmmintrin.h>
 
 #include "tensor/types.h"
@@ -39,7 +40,7 @@ struct QuantKernels {
   // scales as llama.cpp does (K-quants, IQ4_XS: s += (d_a·d_w)·isum − (d_a·dmin_w)·msum per
   // super-block, evaluated identically by every ISA, so those dots are bit-identical across ISAs).
   void (*vec_dot)(int64_t n, float* s, const void* x, const void* y);
-  // vec_dot prefetches the weight stream kDotPrefetchBytes ahead of its reads, a few lines per step,
+  // vec_dot prefetches the weight stream prefetch_distance() ahead of its reads, a few lines per step,
   // so a matvec over consecutive rows needs no prefetch of its own (matmul.cpp).
   bool dot_prefetches = false;
   // F16 only: s = dot(F16 weight row x, unrounded F32 activation y) in the order of llama.cpp's
@@ -48,25 +49,33 @@ struct QuantKernels {
   void (*dot_f16_f32_amx)(int64_t n, float* s, const void* x, const float* y) = nullptr;
 };
 
-// How far ahead of its reads a weight stream is prefetched: far enough to cover the memory latency
-// at full bandwidth, near enough that the lines are still in L1/L2 when read (docs/performance.md).
-constexpr size_t kDotPrefetchBytes = 4096;
-// Weight prefetches fill L2 (prefetcht1) by default: on an Intel Xeon the 1-thread Q8_0 matvec read
-// 0.87-0.92 of the probe with it against 0.64-0.78 with prefetcht0 (L1); on AMD Zen 4 the two are
-// within 3 % for Q8_0 and MXFP4 and L2 is ahead for BF16 (bench_kernels prefetch_ab, paired;
-// docs/benchmarks.md, "Every CPU"). K3_PREFETCH=l1|l2 chooses; bits never depend on it.
-enum class PrefetchLevel { L1, L2 };
-PrefetchLevel prefetch_level();  // resolved with the CPU's levels, K3_PREFETCH applied
-void set_prefetch_level(PrefetchLevel level);  // between parallel regions only (benchmarks)
-const char* prefetch_level_name(PrefetchLevel level);
+// Weight prefetches: how far ahead of its reads a weight stream is requested and which cache the
+// lines go to. Far enough to cover the memory latency at a core's bandwidth, near enough that the
+// lines are still there when read (docs/performance.md). Measured (bench_kernels prefetch_ab, each
+// pair of settings alternated on the same matvec): on AMD Zen 4 at 1 thread 8 KB ahead read Q8_0
+// and BF16 rows 1.2-1.4x as fast as 4 KB and MXFP4 1.1-1.15x, 2 threads within -3..+11 %; L2
+// (prefetcht1) on an Intel Xeon read Q8_0 0.87-0.92 of the probe against 0.64-0.78 for L1
+// (prefetcht0), on Zen 4 the two levels are within 3 % (docs/benchmarks.md, "Every CPU").
+// K3_PREFETCH=LEVEL[:BYTES] (l1|l2, 256-65536 bytes, a multiple of 64) overrides; bits never depend on it.
+struct PrefetchSetting {
+  bool l2 = true;
+  uint32_t bytes = 8192;
+  bool operator==(const PrefetchSetting&) const = default;
+};
+PrefetchSetting prefetch_setting();  // resolved with the CPU's levels, K3_PREFETCH applied
+void set_prefetch_setting(PrefetchSetting s);  // between parallel regions only (benchmarks)
+// "l2:8192"; parse_prefetch_setting reads that form (or the level alone) and names `what` in its error.
+std::string prefetch_setting_name(PrefetchSetting s);
+PrefetchSetting parse_prefetch_setting(const char* text, const char* what);
 namespace detail {
-extern bool g_prefetch_l2;  // set before any kernel is handed out
+extern PrefetchSetting g_prefetch;  // set before any kernel is handed out
 }
+inline size_t prefetch_distance() { return detail::g_prefetch.bytes; }
 // Runs f with the hint of the prefetch level as a constant (_mm_prefetch needs one): callers branch
 // once per span of lines, not once per line.
 template <class F>
 inline void with_prefetch_hint(F&& f) {
-  if (detail::g_prefetch_l2) f.template operator()<_MM_HINT_T1>();
+  if (detail::g_prefetch.l2) f.template operator()<_MM_HINT_T1>();
   else f.template operator()<_MM_HINT_T0>();
 }
 inline void prefetch_weights(const void* p) {

@@ -37,7 +37,7 @@ void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    prefetch_span<kDotPrefetchBytes, 64 * kElt>(static_cast<const uint8_t*>(x) + i * kElt);
+    prefetch_span<64 * kElt>(static_cast<const uint8_t*>(x) + i * kElt);
     acc0 = _mm512_fmadd_ps(load16(x, i), load16(y, i), acc0);
     acc1 = _mm512_fmadd_ps(load16(x, i + 16), load16(y, i + 16), acc1);
     acc2 = _mm512_fmadd_ps(load16(x, i + 32), load16(y, i + 32), acc2);
@@ -63,7 +63,7 @@ void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    prefetch_span<kDotPrefetchBytes, 128>(x + i);
+    prefetch_span<128>(x + i);
     acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
     acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)load512(x + i + 32), (__m512bh)load512(y + i + 32));
   }
@@ -88,7 +88,7 @@ void vec_dot_q4_K_512(int64_t n, float* s, const void* vx, const void* vy) {
   const __m512i step = _mm512_set1_epi8(8);  // four scale words further for h = 1
   KqSum ks;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    prefetch_span<kDotPrefetchBytes, sizeof(block_q4_K)>(x + i);
+    prefetch_span<sizeof(block_q4_K)>(x + i);
     const __m128i sm = q4k_scales(x[i].scales);
     const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();

@@ -32,22 +32,23 @@ struct Kernel {
 
 // Rows [r0, r1) of the products m[0..n), row by row (row r of each, then row r + 1), so that the n
 // streams advance together and each stays prefetched. Kernels that do not prefetch themselves get
-// the lines up to kDotPrefetchBytes past each row's end requested before its dot: rows are about a
+// the lines up to prefetch_distance() past each row's end requested before its dot: rows are about a
 // page long and the hardware prefetchers do not follow a stream across pages.
 void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   constexpr size_t kMaxStreams = 8;
   K3_ASSERT(n <= kMaxStreams);
   uintptr_t pf[kMaxStreams];
   size_t wrow[kMaxStreams];
+  const size_t ahead = prefetch_distance();
   for (size_t j = 0; j < n; ++j) {
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
-    pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + kDotPrefetchBytes) & ~uintptr_t{63};
+    pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + ahead) & ~uintptr_t{63};
   }
   for (int64_t r = r0; r < r1; ++r)
     for (size_t j = 0; j < n; ++j) {
       const uint8_t* row = static_cast<const uint8_t*>(m[j].w.data) + r * m[j].w.nb1;
       if (!k[j].prefetches)
-        for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + kDotPrefetchBytes; pf[j] < end;
+        for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end;
              pf[j] += 64)
           prefetch_weights(reinterpret_cast<const char*>(pf[j]));
       if (k[j].row) k[j].row(m[j].w.ne0, row, k[j].act, m[j].y + r);
