@@ -265,13 +265,14 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
 
 // Two weight prefetch settings on the matvec above, alternated per iteration (which goes first
 // alternates too), so that a drifting host load hits both alike: A is the setting in force
-// (K3_PREFETCH or the default), B is K3_PREFETCH_B (default: A's distance at the other level).
+// (K3_PREFETCH or the default), B is K3_PREFETCH_B (default: A's distance at the other cache level).
 // a_over_b_time, the median of the per-pair ratios t(A) / t(B), is above 1 where B reads faster.
 // This is the figure behind the defaults in kernels.h; run it on a new CPU before changing them.
 PrefetchSetting prefetch_b() {
   const PrefetchSetting a = prefetch_setting();
   const char* v = std::getenv("K3_PREFETCH_B");
-  return v && *v ? parse_prefetch_setting(v, "K3_PREFETCH_B") : PrefetchSetting{!a.l2, a.bytes};
+  if (v && *v) return parse_prefetch_setting(v, "K3_PREFETCH_B");
+  return {a.level == PrefetchLevel::L2 ? PrefetchLevel::L1 : PrefetchLevel::L2, a.bytes};
 }
 
 void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {

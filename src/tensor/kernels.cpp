@@ -106,15 +106,17 @@ void set_prefetch_setting(PrefetchSetting s) {
 }
 
 std::string prefetch_setting_name(PrefetchSetting s) {
-  return std::string(s.l2 ? "l2" : "l1") + ":" + std::to_string(s.bytes);
+  if (s.level == PrefetchLevel::Off) return "off";
+  return std::string(s.level == PrefetchLevel::L2 ? "l2" : "l1") + ":" + std::to_string(s.bytes);
 }
 
 PrefetchSetting parse_prefetch_setting(const char* text, const char* what) {
   PrefetchSetting s;
   const std::string v = text;
+  if (v == "off") return {PrefetchLevel::Off, s.bytes};
   const std::string level = v.substr(0, v.find(':'));
-  if (level != "l1" && level != "l2") fail("%s=%s: expected l1 or l2, optionally :BYTES", what, text);
-  s.l2 = level == "l2";
+  if (level != "l1" && level != "l2") fail("%s=%s: expected off, l1 or l2, optionally :BYTES", what, text);
+  s.level = level == "l2" ? PrefetchLevel::L2 : PrefetchLevel::L1;
   if (level.size() < v.size()) {
     const std::string b = v.substr(level.size() + 1);
     char* end = nullptr;

@@ -4,7 +4,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <xmmintrin.h>
 
 #include "tensor/types.h"
 
@@ -51,35 +50,46 @@ struct QuantKernels {
 
 // Weight prefetches: how far ahead of its reads a weight stream is requested and which cache the
 // lines go to. Far enough to cover the memory latency at a core's bandwidth, near enough that the
-// lines are still there when read (docs/performance.md). Measured (bench_kernels prefetch_ab, each
-// pair of settings alternated on the same matvec): on AMD Zen 4 at 1 thread 8 KB ahead read Q8_0
-// and BF16 rows 1.2-1.4x as fast as 4 KB and MXFP4 1.1-1.15x, 2 threads within -3..+11 %; L2
-// (prefetcht1) on an Intel Xeon read Q8_0 0.87-0.92 of the probe against 0.64-0.78 for L1
-// (prefetcht0), on Zen 4 the two levels are within 3 % (docs/benchmarks.md, "Every CPU").
-// K3_PREFETCH=LEVEL[:BYTES] (l1|l2, 256-65536 bytes, a multiple of 64) overrides; bits never depend on it.
+// lines are still there when read (docs/performance.md, "Prefetch"; bench_kernels prefetch_ab
+// measures two settings against each other on one CPU). K3_PREFETCH=off|LEVEL[:BYTES] (l1 or l2,
+// 256-65536 bytes, a multiple of 64) overrides the default; bits never depend on it.
+enum class PrefetchLevel : uint8_t { Off, L1, L2 };
 struct PrefetchSetting {
-  bool l2 = true;
+  PrefetchLevel level = PrefetchLevel::L2;
   uint32_t bytes = 8192;
   bool operator==(const PrefetchSetting&) const = default;
 };
 PrefetchSetting prefetch_setting();  // resolved with the CPU's levels, K3_PREFETCH applied
 void set_prefetch_setting(PrefetchSetting s);  // between parallel regions only (benchmarks)
-// "l2:8192"; parse_prefetch_setting reads that form (or the level alone) and names `what` in its error.
+// "l2:8192" or "off"; parse_prefetch_setting reads that form (or a level alone) and names `what` in
+// its errors.
 std::string prefetch_setting_name(PrefetchSetting s);
 PrefetchSetting parse_prefetch_setting(const char* text, const char* what);
 namespace detail {
 extern PrefetchSetting g_prefetch;  // set before any kernel is handed out
 }
 inline size_t prefetch_distance() { return detail::g_prefetch.bytes; }
-// Runs f with the hint of the prefetch level as a constant (_mm_prefetch needs one): callers branch
-// once per span of lines, not once per line.
+inline bool prefetch_enabled() { return detail::g_prefetch.level != PrefetchLevel::Off; }
+// One line into the level's cache. Inline asm, not _mm_prefetch: GCC 12 at -O3 silently deleted the
+// __builtin_prefetch calls of a loop in some function templates (tree DCE; every decode row lost its
+// prefetches that way), and nothing but a benchmark would notice.
+template <PrefetchLevel L>
+inline void prefetch_line(const char* p) {
+  if constexpr (L == PrefetchLevel::L2) __asm__ volatile("prefetcht1 %0" : : "m"(*p));
+  else if constexpr (L == PrefetchLevel::L1) __asm__ volatile("prefetcht0 %0" : : "m"(*p));
+}
+// Runs f.template operator()<L>() with the level in force as a constant: callers branch once per
+// span of lines, not once per line.
 template <class F>
-inline void with_prefetch_hint(F&& f) {
-  if (detail::g_prefetch.l2) f.template operator()<_MM_HINT_T1>();
-  else f.template operator()<_MM_HINT_T0>();
+inline void with_prefetch_level(F&& f) {
+  switch (detail::g_prefetch.level) {
+    case PrefetchLevel::L2: f.template operator()<PrefetchLevel::L2>(); break;
+    case PrefetchLevel::L1: f.template operator()<PrefetchLevel::L1>(); break;
+    case PrefetchLevel::Off: break;
+  }
 }
 inline void prefetch_weights(const void* p) {
-  with_prefetch_hint([p]<int kHint>() { _mm_prefetch(static_cast<const char*>(p), static_cast<_mm_hint>(kHint)); });
+  with_prefetch_level([p]<PrefetchLevel L>() { prefetch_line<L>(static_cast<const char*>(p)); });
 }
 
 // Kernels for the active ISA, or for a given one (falls back to the best available below it).

@@ -47,7 +47,7 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (size_t j = 0; j < n; ++j) {
       const uint8_t* row = static_cast<const uint8_t*>(m[j].w.data) + r * m[j].w.nb1;
-      if (!k[j].prefetches)
+      if (!k[j].prefetches && prefetch_enabled())
         for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end;
              pf[j] += 64)
           prefetch_weights(reinterpret_cast<const char*>(pf[j]));

@@ -102,21 +102,23 @@ TEST(Bench, ProfileAndErrors) {
   EXPECT_NE(run(k3_bin() + " bench -m /nonexistent.gguf -p 4 -n 4", &out), 0);
 }
 
-// The weight prefetch setting: l2:8192 unless K3_PREFETCH says otherwise (the level alone keeps the
-// distance), bad values refused by name.
+// The weight prefetch setting: l2:8192 unless K3_PREFETCH says otherwise (a level alone keeps the
+// distance; off turns the prefetches off), bad values refused by name.
 TEST(Bench, PrefetchSetting) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
-  for (auto [env, want] : {std::pair{"", "l2:8192"}, {"l1", "l1:8192"}, {"l2:4096", "l2:4096"}, {"l1:16384", "l1:16384"}}) {
+  for (auto [env, want] : {std::pair{"", "l2:8192"}, {"l1", "l1:8192"}, {"l2:4096", "l2:4096"}, {"l1:16384", "l1:16384"},
+                           {"off", "off"}}) {
     std::string out;
     ASSERT_EQ(run((*env ? "K3_PREFETCH=" + std::string(env) + " " : std::string()) + cmd, &out), 0) << out;
     const json j = json::parse(out.substr(out.find('{')));
     EXPECT_EQ(j["prefetch"], want) << env;
   }
-  for (auto [env, msg] : {std::pair{"l3", "K3_PREFETCH=l3: expected l1 or l2, optionally :BYTES"},
+  for (auto [env, msg] : {std::pair{"l3", "K3_PREFETCH=l3: expected off, l1 or l2, optionally :BYTES"},
                           {"l2:100", "K3_PREFETCH=l2:100: the distance must be 256-65536 bytes, a multiple of 64"},
                           {"l2:4100", "K3_PREFETCH=l2:4100: the distance must be"},
                           {"l2:", "K3_PREFETCH=l2:: the distance must be"},
-                          {"l2:4096x", "K3_PREFETCH=l2:4096x: the distance must be"}}) {
+                          {"l2:4096x", "K3_PREFETCH=l2:4096x: the distance must be"},
+                          {"off:4096", "K3_PREFETCH=off:4096: expected off, l1 or l2"}}) {
     std::string out;
     EXPECT_NE(run("K3_PREFETCH=" + std::string(env) + " " + cmd, &out), 0) << env;
     EXPECT_NE(out.find(msg), std::string::npos) << out;

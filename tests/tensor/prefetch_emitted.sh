@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The weight prefetches are in the machine code: every decode row (Block32Tile<W>::tile<1, 1>) of
+# every 256-bit build, and the vec_dot kernels, hold prefetcht0 and prefetcht1 (the two levels of
+# prefetch_line). GCC 12 once deleted them all without a warning (kernels.h); only a benchmark
+# showed it, so this looks at the code itself.
+#   prefetch_emitted.sh LIBK3_TENSOR.a
+set -euo pipefail
+lib=$1
+command -v objdump >/dev/null || { echo "prefetch_emitted: objdump not found (binutils)"; exit 1; }
+dis=$(objdump -d -C --no-show-raw-insn "$lib")
+fail=0
+# Counts of prefetcht0 / prefetcht1 per function whose name matches $1, one line per function.
+per_function() {
+  awk -v pat="$1" '
+    /^[0-9a-f]+ <.*>:$/ { if (name != "") print t0, t1, name; name = ($0 ~ pat) ? $0 : ""; t0 = t1 = 0; next }
+    name != "" && /prefetcht0/ { t0++ }
+    name != "" && /prefetcht1/ { t1++ }
+    END { if (name != "") print t0, t1, name }' <<<"$dis"
+}
+rows=$(per_function 'Block32Tile<.*>::tile<1, 1>')
+n=$(grep -c . <<<"$rows" || true)
+# 5 block types (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) in 3 builds (avx2, avxvnni, avx512)
+if ((n < 15)); then echo "prefetch_emitted: found $n decode rows, expected at least 15"; fail=1; fi
+while read -r t0 t1 name; do
+  if ((t0 == 0 || t1 == 0)); then echo "prefetch_emitted: no prefetcht0/t1 ($t0/$t1) in $name"; fail=1; fi
+done <<<"$rows"
+dots=$(per_function 'vec_dot' | awk '$1 > 0 && $2 > 0' | grep -c . || true)
+if ((dots < 20)); then echo "prefetch_emitted: only $dots vec_dot functions prefetch (expected >= 20)"; fail=1; fi
+((fail == 0)) && echo "prefetch_emitted: $n decode rows and $dots vec_dot kernels prefetch"
+exit $fail
