@@ -22,6 +22,7 @@ n=$(grep -c . <<<"$rows" || true)
 # 5 block types (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) in 3 builds (avx2, avxvnni, avx512)
 if ((n < 15)); then echo "prefetch_emitted: found $n decode rows, expected at least 15"; fail=1; fi
 while read -r t0 t1 name; do
+  [[ -n $name ]] || continue
   if ((t0 == 0 || t1 == 0)); then echo "prefetch_emitted: no prefetcht0/t1 ($t0/$t1) in $name"; fail=1; fi
 done <<<"$rows"
 dots=$(per_function 'vec_dot' | awk '$1 > 0 && $2 > 0' | grep -c . || true)
