@@ -57,7 +57,6 @@ enum class PrefetchLevel : uint8_t { Off, L1, L2 };
 struct PrefetchSetting {
   PrefetchLevel level = PrefetchLevel::L2;
   uint32_t bytes = 8192;
-  bool operator==(const PrefetchSetting&) const = default;
 };
 PrefetchSetting prefetch_setting();  // resolved with the CPU's levels, K3_PREFETCH applied
 void set_prefetch_setting(PrefetchSetting s);  // between parallel regions only (benchmarks)
