@@ -40,6 +40,7 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   uintptr_t pf[kMaxStreams];
   size_t wrow[kMaxStreams];
   const size_t ahead = prefetch_distance();
+  const bool prefetch = prefetch_enabled();
   for (size_t j = 0; j < n; ++j) {
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
     pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + ahead) & ~uintptr_t{63};
@@ -47,7 +48,7 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (size_t j = 0; j < n; ++j) {
       const uint8_t* row = static_cast<const uint8_t*>(m[j].w.data) + r * m[j].w.nb1;
-      if (!k[j].prefetches && prefetch_enabled())
+      if (!k[j].prefetches && prefetch)
         for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end;
              pf[j] += 64)
           prefetch_weights(reinterpret_cast<const char*>(pf[j]));

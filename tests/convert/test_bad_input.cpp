@@ -27,12 +27,12 @@ class ConvertBadInput : public ::testing::Test {
     delete dir_;
   }
   void SetUp() override {
-    src_ = (tmp_ / "hf");
+    src_ = tmp_ / "hf";
     fs::copy(ckpt_->hf, src_, fs::copy_options::recursive);
   }
   // Runs the conversion, expects an error containing every needle, and no final output files.
   void expect_failure(const std::vector<std::string>& needles) {
-    const std::string out = (tmp_ / "out");
+    const std::string out = tmp_ / "out";
     std::string msg;
     try {
       convert::run_convert(test::convert_options(src_, out, 2));

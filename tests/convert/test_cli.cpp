@@ -58,19 +58,19 @@ TEST(ConvertCli, MakeTinyHfDirConvertVerifyAndRun) {
   ASSERT_EQ(run(k3 + " convert --src " + (d / "Kimi-K3") + " --out-dir " + (d / "out") + " --jobs 2" + tpl_arg, &out), 0) << out;
   EXPECT_NE(out.find("written and verified"), std::string::npos) << out;
   EXPECT_NE(out.find("k3 convert: 10 parts written"), std::string::npos) << out;
-  const std::string first = test::first_part((d / "out"));
+  const std::string first = test::first_part(d / "out");
   ASSERT_NE(first, "");
   EXPECT_NE(first.find("Kimi-K3-00001-of-00010.gguf"), std::string::npos) << first;
-  EXPECT_EQ(test::compare_tensors((d / "ref.gguf"), first), "");
+  EXPECT_EQ(test::compare_tensors(d / "ref.gguf", first), "");
 
   // Rerun: everything verified and skipped.
   ASSERT_EQ(run(k3 + " convert --quiet --src " + (d / "Kimi-K3") + " --out-dir " + (d / "out") + tpl_arg, &out), 0) << out;
   EXPECT_EQ(out, "");
 
   std::string parts;
-  for (const auto& n : test::list_dir((d / "out")))
+  for (const auto& n : test::list_dir(d / "out"))
     if (n.find(".gguf") != std::string::npos) parts += " " + (d / "out") + "/" + n;
-  const std::string manifest = (d / "out") + "/MANIFEST.json";
+  const std::string manifest = d / "out/MANIFEST.json";
   ASSERT_EQ(run(k3 + " verify --manifest " + manifest + parts, &out), 0) << out;
   EXPECT_NE(out.find("0 problems"), std::string::npos) << out;
 
@@ -87,8 +87,8 @@ TEST(ConvertCli, MakeTinyHfDirConvertVerifyAndRun) {
     EXPECT_EQ(run(k3 + " run -m " + m + " --ids " + ids + " -n 16 --temp 0 --ignore-eos --json", &out), 0) << out;
     return ids_of(out);
   };
-  const std::vector<int> llama_conv = llama_gen(first), llama_ref = llama_gen((d / "ref.gguf"));
-  const std::vector<int> k3_conv = k3_gen(first), k3_ref = k3_gen((d / "ref.gguf"));
+  const std::vector<int> llama_conv = llama_gen(first), llama_ref = llama_gen(d / "ref.gguf");
+  const std::vector<int> k3_conv = k3_gen(first), k3_ref = k3_gen(d / "ref.gguf");
   ASSERT_EQ(llama_conv.size(), 16u);
   ASSERT_EQ(k3_conv.size(), 16u);
   EXPECT_EQ(llama_conv, llama_ref);

@@ -76,9 +76,9 @@ class ConvertResume : public ::testing::Test {
     o.n_embd = 256, o.n_expert = 16, o.n_ff_exp = 128, o.latent = 128, o.n_ff = 512;
     ckpt_ = new test::Checkpoint(test::make_checkpoint(dir_->path(), o));
     const auto t0 = std::chrono::steady_clock::now();
-    convert::run_convert(test::convert_options(ckpt_->hf, (*dir_ / "ref"), 2));
+    convert::run_convert(test::convert_options(ckpt_->hf, *dir_ / "ref", 2));
     ref_us_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-    ref_ = new Snapshot(snapshot((*dir_ / "ref")));
+    ref_ = new Snapshot(snapshot(*dir_ / "ref"));
   }
   static void TearDownTestSuite() {
     delete ref_;
@@ -112,7 +112,7 @@ TEST_F(ConvertResume, KillAtExactPoints) {
   for (const char* point : {"tensor:1", "tensor:40", "tensor:150", "written:1", "written:4", "renamed:1", "renamed:6"}) {
     SCOPED_TRACE(point);
     test::TempDir d;
-    const std::string out = (d / "out");
+    const std::string out = d / "out";
     int st = run_child(opts(out), point);
     ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
     // Nothing unfinished is under a final name.
@@ -125,7 +125,7 @@ TEST_F(ConvertResume, KillAtExactPoints) {
 TEST_F(ConvertResume, KillAtRandomTimes) {
   std::mt19937 rng(12345);
   test::TempDir d;
-  const std::string out = (d / "out");
+  const std::string out = d / "out";
   const long span = std::max<long>(ref_us_ * 3 / 2, 2000);
   int killed = 0;
   for (int i = 0; i < 8; ++i) {
@@ -142,7 +142,7 @@ TEST_F(ConvertResume, KillAtRandomTimes) {
 // a run killed during it resumes like any other.
 TEST_F(ConvertResume, VerifyWritesGivesTheSameFiles) {
   test::TempDir d;
-  const std::string out = (d / "out");
+  const std::string out = d / "out";
   auto o = opts(out);
   o.verify_writes = true;
   int st = run_child(o, "written:3");
@@ -154,7 +154,7 @@ TEST_F(ConvertResume, VerifyWritesGivesTheSameFiles) {
 
 TEST_F(ConvertResume, CorruptedPartIsDetectedAndRedone) {
   test::TempDir d;
-  const std::string out = (d / "out");
+  const std::string out = d / "out";
   fs::create_directories(out);
   for (const auto& [n, c] : *ref_) std::ofstream(out + "/" + n, std::ios::binary) << c;
   // Flip one byte in the data of part 3 and truncate part 5.
@@ -194,7 +194,7 @@ TEST_F(ConvertResume, CorruptedPartIsDetectedAndRedone) {
 
 TEST_F(ConvertResume, LostManifestRedoesEverything) {
   test::TempDir d;
-  const std::string out = (d / "out");
+  const std::string out = d / "out";
   fs::create_directories(out);
   for (const auto& [n, c] : *ref_)
     if (n != "MANIFEST.json") std::ofstream(out + "/" + n, std::ios::binary) << c;
@@ -205,7 +205,7 @@ TEST_F(ConvertResume, LostManifestRedoesEverything) {
 
 TEST_F(ConvertResume, SubsetsThenRestAndJobsAgree) {
   test::TempDir d;
-  const std::string out = (d / "out");
+  const std::string out = d / "out";
   auto o = opts(out, 1);
   o.shards = "2,4-5";
   convert::ConvertResult r1 = convert::run_convert(o);
@@ -225,11 +225,11 @@ TEST_F(ConvertResume, SubsetsThenRestAndJobsAgree) {
 
 TEST_F(ConvertResume, ScratchDirectory) {
   test::TempDir d;
-  auto o = opts((d / "out"));
-  o.scratch = (d / "scratch");
+  auto o = opts(d / "out");
+  o.scratch = d / "scratch";
   convert::run_convert(o);
-  EXPECT_EQ(diff(*ref_, snapshot((d / "out"))), "");
-  EXPECT_TRUE(test::list_dir((d / "scratch")).empty());
+  EXPECT_EQ(diff(*ref_, snapshot(d / "out")), "");
+  EXPECT_TRUE(test::list_dir(d / "scratch").empty());
 }
 
 TEST_F(ConvertResume, ScratchOnAnotherFileSystem) {
@@ -237,17 +237,17 @@ TEST_F(ConvertResume, ScratchOnAnotherFileSystem) {
   ASSERT_TRUE(fs::is_directory("/dev/shm")) << "no /dev/shm";
   test::TempDir d;
   const std::string scratch = "/dev/shm/k3-convert-test-scratch-" + std::to_string(getpid());
-  auto o = opts((d / "out"));
+  auto o = opts(d / "out");
   o.scratch = scratch;
   convert::run_convert(o);
-  EXPECT_EQ(diff(*ref_, snapshot((d / "out"))), "");
+  EXPECT_EQ(diff(*ref_, snapshot(d / "out")), "");
   EXPECT_TRUE(test::list_dir(scratch).empty());
   fs::remove_all(scratch);
 }
 
 TEST_F(ConvertResume, OneConversionPerDirectory) {
   test::TempDir d;
-  const std::string out = (d / "out");
+  const std::string out = d / "out";
   fs::create_directories(out);
   int fd = ::open((out + "/.k3-convert.lock").c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);

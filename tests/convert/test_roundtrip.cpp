@@ -67,10 +67,10 @@ TEST(ConvertRoundTrip, Bf16WithMxfp4Experts) {
   test::TempDir d;
   auto o = test::tiny_options(GgmlType::BF16, GgmlType::MXFP4);
   auto c = test::make_checkpoint(d.path(), o);
-  auto r = convert_and_check(c, (d / "out"), 2, o);
+  auto r = convert_and_check(c, d / "out", 2, o);
   EXPECT_EQ(r.parts_written, static_cast<int>(o.n_layer + 1));
-  expect_same_model_keys(c.gguf, test::first_part((d / "out")));
-  gguf::Model m = gguf::Model::open(test::first_part((d / "out")));
+  expect_same_model_keys(c.gguf, test::first_part(d / "out"));
+  gguf::Model m = gguf::Model::open(test::first_part(d / "out"));
   EXPECT_EQ(m.meta().get_u32("general.file_type"), 38u);
   EXPECT_EQ(m.get("blk.1.ffn_gate_exps.weight").type, GgmlType::MXFP4);
   EXPECT_EQ(m.get("blk.0.attn_norm.weight").type, GgmlType::F32);
@@ -85,7 +85,7 @@ TEST(ConvertRoundTrip, ScatteredShardsU8ScalesAnd2dConv) {
   lay.conv_2d = true;
   lay.scale_e8m0 = false;
   auto c = test::make_checkpoint(d.path(), o, lay);
-  convert_and_check(c, (d / "out"), 1, o);
+  convert_and_check(c, d / "out", 1, o);
 }
 
 TEST(ConvertRoundTrip, F32AndF16Models) {
@@ -94,7 +94,7 @@ TEST(ConvertRoundTrip, F32AndF16Models) {
     auto o = test::tiny_options(t, et);
     o.no_q_lora = true;  // the other MLA form (plain attn_q)
     auto c = test::make_checkpoint(d.path(), o);
-    convert_and_check(c, (d / "out"), 2, o);
+    convert_and_check(c, d / "out", 2, o);
   }
 }
 
@@ -102,10 +102,10 @@ TEST(ConvertRoundTrip, OuttypeBf16RoundsF32Weights) {
   test::TempDir d;
   auto o = test::tiny_options(GgmlType::F32, GgmlType::F32);
   auto c = test::make_checkpoint(d.path(), o);
-  auto opt = test::convert_options(c.hf, (d / "out"), 2);
+  auto opt = test::convert_options(c.hf, d / "out", 2);
   opt.plan.outtype = convert::OutType::BF16;
   convert::run_convert(opt);
-  gguf::Model ref = gguf::Model::open(c.gguf), out = gguf::Model::open(test::first_part((d / "out")));
+  gguf::Model ref = gguf::Model::open(c.gguf), out = gguf::Model::open(test::first_part(d / "out"));
   for (const char* n : {"token_embd.weight", "blk.3.attn_k_b.weight", "blk.1.ffn_down_exps.weight"}) {
     const gguf::TensorInfo& a = ref.get(n);
     const gguf::TensorInfo& b = out.get(n);
@@ -122,12 +122,12 @@ TEST(ConvertRoundTrip, ChatTemplateAndEos) {
   test::TempDir d;
   auto o = test::tiny_options();
   auto c = test::make_checkpoint(d.path(), o);
-  const std::string tpl = (d / "t.jinja");
+  const std::string tpl = d / "t.jinja";
   { std::ofstream(tpl) << "{{ messages }}"; }
-  auto opt = test::convert_options(c.hf, (d / "out"));
+  auto opt = test::convert_options(c.hf, d / "out");
   opt.plan.chat_template_file = tpl;
   convert::run_convert(opt);
-  gguf::Model ref = gguf::Model::open(c.gguf), m = gguf::Model::open(test::first_part((d / "out")));
+  gguf::Model ref = gguf::Model::open(c.gguf), m = gguf::Model::open(test::first_part(d / "out"));
   EXPECT_EQ(m.meta().get_str("tokenizer.chat_template"), "{{ messages }}");
   EXPECT_EQ(m.meta().get_u32("tokenizer.ggml.eos_token_id"), ref.meta().get_u32("tokenizer.ggml.eos_token_id"));
 }

@@ -103,9 +103,9 @@ TEST(ConvertSafetensors, RejectsBadHeaders) {
 TEST(ConvertSafetensors, IndexChecksShards) {
   test::TempDir d;
   namespace fs = std::filesystem;
-  auto write = [&](const std::string& name, const std::string& text) { std::ofstream((d / name)) << text; };
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(d / name) << text; };
   {
-    Writer w((d / "model-1.safetensors"), {{"x", DType::F32, {2}}});
+    Writer w(d / "model-1.safetensors", {{"x", DType::F32, {2}}});
     float v[2] = {1, 2};
     w.write(v, 8);
     w.finish();
@@ -126,9 +126,9 @@ TEST(ConvertSafetensors, IndexChecksShards) {
   Index ix = Index::load(d.path());
   ASSERT_EQ(ix.shards.size(), 1u);
   EXPECT_EQ(ix.shard_of.at("x"), 0);
-  fs::remove((d / "model.safetensors.index.json"));
+  fs::remove(d / "model.safetensors.index.json");
   EXPECT_THROW(Index::load(d.path()), Error);
-  fs::rename((d / "model-1.safetensors"), (d / "model.safetensors"));
+  fs::rename(d / "model-1.safetensors", d / "model.safetensors");
   EXPECT_EQ(Index::load(d.path()).shards.size(), 1u);
 }
 
@@ -137,11 +137,11 @@ TEST(ConvertSafetensors, ReleaseKeepsDataReadable) {
   std::vector<uint8_t> data(1 << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31);
   {
-    Writer w((d / "a.safetensors"), {{"x", DType::U8, {static_cast<int64_t>(data.size())}}});
+    Writer w(d / "a.safetensors", {{"x", DType::U8, {static_cast<int64_t>(data.size())}}});
     w.write(data.data(), data.size());
     w.finish();
   }
-  auto f = File::open((d / "a.safetensors"));
+  auto f = File::open(d / "a.safetensors");
   const TensorView& t = f->get("x");
   EXPECT_EQ(std::memcmp(t.data, data.data(), data.size()), 0);
   f->release(t.data, t.nbytes());
