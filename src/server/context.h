@@ -55,7 +55,6 @@ struct ServerCtx {
   double t_start = 0;       // steady seconds
   Metrics metrics;
   std::atomic<bool> stopping{false};
-  std::atomic<int> streams{0};  // responses still being written by a content provider
 };
 
 // Route handlers (they throw ApiError for client errors).
@@ -96,7 +95,6 @@ bool sse_raw(DataSink& sink, const std::string& data);
 template <class Job>
 void start_sse(ServerCtx& c, Response& res, std::shared_ptr<Job> job) {
   using namespace std::chrono_literals;
-  ++c.streams;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -108,10 +106,7 @@ void start_sse(ServerCtx& c, Response& res, std::shared_ptr<Job> job) {
         }
         return stream_step(*job, sink);
       },
-      [job](bool) {
-        job->gen->cancel();
-        --job->ctx->streams;
-      });
+      [job](bool) { job->gen->cancel(); });
 }
 
 }  // namespace k3::server

@@ -100,6 +100,7 @@ struct HttpServer::Impl {
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::unordered_set<std::shared_ptr<Conn>> conns;
+  asio::steady_timer drain_end{io};  // stopping: when the responses still in progress are cut off
 
   bool reserve(size_t n) {
     size_t cur = inflight.load();
@@ -286,6 +287,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   asio::awaitable<void> serve();
   // Server stop: wake the coroutine, which closes the connection.
   void abort() {
+    aborted_ = true;
     error_code ec;
     sock_.cancel(ec);
     wake_.cancel();
@@ -295,6 +297,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     }
   }
   const std::string& ip() const { return ip_; }
+  bool responding() const { return ex_ != nullptr; }
 
  private:
   enum class Got { Data, Eof, Timeout, Stop };
@@ -374,7 +377,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       error_code ec;
       const size_t n =
           co_await sock_.async_write_some(asio::buffer(bytes.data(), bytes.size()), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec || expired_ || s_.stopping) co_return false;
+      if (ec || expired_ || aborted_) co_return false;
       bytes.remove_prefix(n);
     }
     if (own_deadline) disarm();
@@ -400,7 +403,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   boost::beast::flat_buffer buf_;
   std::string ip_;
   std::shared_ptr<Exchange> ex_;  // the request being handled
-  bool watching_ = false, eof_ = false, expired_ = false;
+  bool watching_ = false, eof_ = false, expired_ = false, aborted_ = false;
   bool bulk_ = false;  // reading a body
 };
 
@@ -600,7 +603,6 @@ asio::awaitable<bool> Conn::respond(std::shared_ptr<Exchange> ex) {
       batch.swap(ex->out);
       fin = ex->finished;
     }
-    if (s_.stopping) ok = false;
     size_t written = 0;
     for (const std::string& b : batch) {
       if (!ok) break;
@@ -681,6 +683,7 @@ asio::awaitable<void> HttpServer::Impl::accept_loop() {
       conns.erase(c);
       if (--per_ip[c->ip()] == 0) per_ip.erase(c->ip());
       --open;
+      if (stopping && conns.empty()) drain_end.cancel();
     });
   }
 }
@@ -749,14 +752,23 @@ void HttpServer::run() {
   s.pool.join();
 }
 
-void HttpServer::stop() {
+void HttpServer::stop(std::chrono::milliseconds drain) {
   Impl& s = *impl_;
   if (s.stop_requested.exchange(true)) return;
-  asio::post(s.io, [&s] {
+  asio::post(s.io, [&s, drain] {
     s.stopping = true;
     error_code ec;
     s.acceptor.close(ec);
-    for (const auto& c : s.conns) c->abort();
+    auto abort_all = [&s](bool idle_only) {
+      for (const auto& c : s.conns)
+        if (!idle_only || !c->responding()) c->abort();
+    };
+    abort_all(true);
+    if (s.conns.empty()) return;
+    s.drain_end.expires_after(drain);
+    s.drain_end.async_wait([abort_all](error_code e) {
+      if (!e) abort_all(false);
+    });
   });
 }
 

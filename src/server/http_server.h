@@ -17,6 +17,7 @@
 //  * error responses close the connection (with a lingering close, so the client reads them).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -63,8 +64,10 @@ class HttpServer {
 
   // Binds host:port (port 0: any free port) and returns the port; throws k3::Error.
   int bind(const std::string& host, int port);
-  void run();   // serves until stop(); returns when every connection is closed and handler finished
-  void stop();  // thread-safe, idempotent
+  void run();  // serves until stop(); returns when every connection is closed and handler finished
+  // Stops accepting connections and reading requests; responses already in progress get `drain` to
+  // be produced and written, then every connection closes. Thread-safe, idempotent.
+  void stop(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
 
   int open_connections() const;
   long long refused_connections() const;  // 503 for the connection or byte limits, or a full backlog

@@ -359,9 +359,8 @@ void Server::shutdown() {
   c.engine->wait_idle(grace);
   c.engine->cancel_all();
   c.engine->wait_idle(std::chrono::seconds(5));
-  // Let content providers write their last events.
-  for (int i = 0; i < 300 && c.streams.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  http_->stop();
+  // Cancelled or finished, the streams still write their last events and flush what is queued.
+  http_->stop(std::chrono::seconds(5));
 }
 
 static std::string route_label(const std::string& path) {

@@ -556,4 +556,43 @@ TEST(Http, StopClosesEverything) {
   EXPECT_EQ(s->saw_gone, 1);
 }
 
+// Stop with a drain: idle connections close at once; responses in progress are produced and written
+// in full (bytes queued before the stop included), then their connections close.
+TEST(Http, StopDrainsResponsesInProgress) {
+  auto s = std::make_unique<Srv>();
+  RawConn idle(s->port), gated(s->port), big(s->port);
+  gated.send(post("/gated-stream", ""));
+  ASSERT_TRUE(s->gate.wait_waiting(1));
+  big.send(post("/stream", "200000"));  // ~1.3 MB: more than the socket buffers, unread until the stop
+  ASSERT_TRUE(big.fill(5000));
+  s->http.stop(10s);
+  EXPECT_TRUE(idle.closed_within(5000));
+  s->gate.release();
+  auto r = gated.reply();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "hello");
+  auto b = big.reply(10000);
+  ASSERT_TRUE(b);
+  std::string want;
+  for (int i = 0; i < 200000; ++i) want += std::to_string(i) + "\n";
+  EXPECT_EQ(b->body, want);
+  EXPECT_TRUE(gated.closed_within(5000));
+  EXPECT_TRUE(big.closed_within(5000));
+  s->thread.join();
+  s->thread = std::thread([] {});
+}
+
+// A response that is still in progress when the drain ends is cut off, and its handler learns it.
+TEST(Http, StopDrainEndsInTime) {
+  auto s = std::make_unique<Srv>();
+  RawConn busy(s->port);
+  busy.send(post("/gate", ""));
+  ASSERT_TRUE(s->gate.wait_waiting(1));
+  s->http.stop(200ms);
+  EXPECT_TRUE(busy.closed_within(5000));
+  s->thread.join();
+  s->thread = std::thread([] {});
+  EXPECT_EQ(s->saw_gone, 1);
+}
+
 }  // namespace
