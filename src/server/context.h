@@ -93,7 +93,7 @@ bool sse_raw(DataSink& sink, const std::string& data);
 // stream ends or the client goes away. While the request waits in the queue nothing is sent (not
 // even the response headers), so a queued stream costs its client nothing to abandon.
 template <class Job>
-void start_sse(ServerCtx& c, Response& res, std::shared_ptr<Job> job) {
+void start_sse(Response& res, std::shared_ptr<Job> job) {
   using namespace std::chrono_literals;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

@@ -155,7 +155,7 @@ void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> 
   check_admit(job->gen->submit());
 
   if (r.gen.stream) {
-    start_sse(c, res, job);
+    start_sse(res, job);
     return;
   }
 

@@ -109,7 +109,7 @@ void run_text(ServerCtx& c, CompletionRequest r, bool openai, Response& res) {
   check_admit(job->gen->submit());
 
   if (r.gen.stream) {
-    start_sse(c, res, job);
+    start_sse(res, job);
     return;
   }
   std::string text;
