@@ -79,25 +79,28 @@ DecodeBytes decode_bytes(const model::Model& m) {
   return b;
 }
 
-// Resident set from /proc/self/status, bytes (0 where a field is missing).
+// Resident set from /proc/self/status and smaps_rollup, bytes (0 where a field is missing).
+// file_huge, anon_huge: what of it is mapped 2 MB at a time. Weights stream faster from 2 MB pages
+// than from 4 KB ones (a TLB walk every 4 KB): the file's share depends on the folios its page
+// cache holds (docs/performance.md, "Page size").
 struct Rss {
-  double current = 0, peak = 0, anon = 0, file = 0;
+  double current = 0, peak = 0, anon = 0, file = 0, file_huge = 0, anon_huge = 0;
 };
 Rss read_rss() {
   Rss r;
-  std::ifstream f("/proc/self/status");
-  std::string key;
-  double kb = 0;
-  while (f >> key) {
-    if (key == "VmRSS:" || key == "VmHWM:" || key == "RssAnon:" || key == "RssFile:") {
-      f >> kb;
-      const double bytes = kb * 1024.0;
-      if (key == "VmRSS:") r.current = bytes;
-      else if (key == "VmHWM:") r.peak = bytes;
-      else if (key == "RssAnon:") r.anon = bytes;
-      else r.file = bytes;
+  const std::pair<const char*, double Rss::*> fields[] = {{"VmRSS:", &Rss::current}, {"VmHWM:", &Rss::peak},
+                                                          {"RssAnon:", &Rss::anon},  {"RssFile:", &Rss::file},
+                                                          {"FilePmdMapped:", &Rss::file_huge},
+                                                          {"AnonHugePages:", &Rss::anon_huge}};
+  for (const char* path : {"/proc/self/status", "/proc/self/smaps_rollup"}) {
+    std::ifstream f(path);
+    std::string key;
+    double kb = 0;
+    while (f >> key) {
+      for (const auto& [name, field] : fields)
+        if (key == name && f >> kb) r.*field = kb * 1024.0;
+      f.ignore(1 << 20, '\n');
     }
-    f.ignore(1 << 20, '\n');
   }
   return r;
 }
@@ -454,7 +457,8 @@ int cmd_bench(int argc, char** argv) {
     j["membw_probe_bytes"] = probe_bytes;
     j["roofline_fraction"] = ratios.empty() ? json(nullptr) : json(roofline);
     j["rss_bytes"] = rss.current, j["rss_peak_bytes"] = rss.peak;
-    j["rss_anon_bytes"] = rss.anon, j["rss_file_bytes"] = rss.file;
+    j["rss_anon_bytes"] = rss.anon, j["rss_file_bytes"] = rss.file, j["rss_file_huge_bytes"] = rss.file_huge;
+    j["rss_anon_huge_bytes"] = rss.anon_huge;
     j["state_bytes"] = st_bytes;
     j["ranks"] = cli::ranks_json(ranks, {});
     j["load_s"] = load_s, j["prefault_s"] = prefault_s;
@@ -490,8 +494,15 @@ int cmd_bench(int argc, char** argv) {
     std::printf("generation: %.2f GB/s of weights; read bandwidth (probe of %zu MiB, %d threads) %.2f GB/s median, "
                 "%.2f best; roofline fraction %.2f (median of per-repetition pairs)\n",
                 gbps, probe_bytes >> 20, pool.size(), membw, membw_best, roofline);
-  std::printf("RSS: %.1f MB current, %.1f MB peak (file-backed %.1f MB, anonymous %.1f MB; state %.2f MB)\n",
-              rss.current / 1e6, rss.peak / 1e6, rss.file / 1e6, rss.anon / 1e6, st_bytes / 1e6);
+  std::printf("RSS: %.1f MB current, %.1f MB peak (file-backed %.1f MB, anonymous %.1f MB, in 2 MB pages %.1f / %.1f MB; "
+              "state %.2f MB)\n",
+              rss.current / 1e6, rss.peak / 1e6, rss.file / 1e6, rss.anon / 1e6, rss.file_huge / 1e6, rss.anon_huge / 1e6,
+              st_bytes / 1e6);
+  if (rss.file > 256e6 && rss.file_huge < 0.5 * rss.file)
+    std::printf("note: %.0f %% of the mapped weights are in 2 MB pages; weights stream slower from 4 KB pages (the page "
+                "cache holds the file in small folios; --no-mmap copies them into 2 MB pages; docs/performance.md, "
+                "\"Page size\")\n",
+                100.0 * rss.file_huge / rss.file);
   if (dist::active())
     for (const dist::RankStats& r : ranks)
       std::printf("rank %d (%s): weights %.2f MB, RSS %.1f MB (file-backed %.1f MB); per generated token %.1f "

@@ -54,7 +54,8 @@ TEST(Bench, JsonFieldsAndBytesPerToken) {
   ASSERT_EQ(run(k3_bin() + " bench -m " + tiny_model() + " -p 16 -n 8 -r 2 -t 1 --membw-mib 16 --json", &out), 0) << out;
   const json j = json::parse(out.substr(out.find('{')));
   for (const char* k : {"pp_tokens_per_s", "pp_stddev", "tg_tokens_per_s", "tg_stddev", "bytes_per_token", "gbps",
-                        "membw_gbps", "roofline_fraction", "rss_bytes", "rss_peak_bytes"})
+                        "membw_gbps", "roofline_fraction", "rss_bytes", "rss_peak_bytes", "rss_file_bytes",
+                        "rss_anon_bytes", "rss_file_huge_bytes", "rss_anon_huge_bytes"})
     ASSERT_TRUE(j.contains(k) && j[k].is_number()) << k << " in " << out;
   EXPECT_GT(j["pp_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["tg_tokens_per_s"].get<double>(), 0);
@@ -64,6 +65,8 @@ TEST(Bench, JsonFieldsAndBytesPerToken) {
   EXPECT_EQ(j["membw_probe_bytes"].get<uint64_t>(), 16u << 20);
   EXPECT_GE(j["rss_peak_bytes"].get<double>(), j["rss_bytes"].get<double>());
   EXPECT_GT(j["rss_bytes"].get<double>(), 0);
+  EXPECT_LE(j["rss_file_huge_bytes"].get<double>(), j["rss_file_bytes"].get<double>());
+  EXPECT_LE(j["rss_anon_huge_bytes"].get<double>(), j["rss_anon_bytes"].get<double>());
   EXPECT_NEAR(j["gbps"].get<double>(), j["tg_tokens_per_s"].get<double>() * j["bytes_per_token"].get<double>() / 1e9,
               1e-9 * j["gbps"].get<double>() + 1e-12);
 
