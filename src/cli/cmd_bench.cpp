@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -87,22 +86,9 @@ struct Rss {
   double current = 0, peak = 0, anon = 0, file = 0, file_huge = 0, anon_huge = 0;
 };
 Rss read_rss() {
-  Rss r;
-  const std::pair<const char*, double Rss::*> fields[] = {{"VmRSS:", &Rss::current}, {"VmHWM:", &Rss::peak},
-                                                          {"RssAnon:", &Rss::anon},  {"RssFile:", &Rss::file},
-                                                          {"FilePmdMapped:", &Rss::file_huge},
-                                                          {"AnonHugePages:", &Rss::anon_huge}};
-  for (const char* path : {"/proc/self/status", "/proc/self/smaps_rollup"}) {
-    std::ifstream f(path);
-    std::string key;
-    double kb = 0;
-    while (f >> key) {
-      for (const auto& [name, field] : fields)
-        if (key == name && f >> kb) r.*field = kb * 1024.0;
-      f.ignore(1 << 20, '\n');
-    }
-  }
-  return r;
+  const std::vector<uint64_t> st = proc_kb_fields("/proc/self/status", {"VmRSS:", "VmHWM:", "RssAnon:", "RssFile:"});
+  const std::vector<uint64_t> sm = proc_kb_fields("/proc/self/smaps_rollup", {"FilePmdMapped:", "AnonHugePages:"});
+  return {double(st[0]), double(st[1]), double(st[2]), double(st[3]), double(sm[0]), double(sm[1])};
 }
 
 double state_bytes(const model::State& st) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace k3 {
 
@@ -36,19 +37,24 @@ uint64_t v1_limit(const std::string& dir) {
 
 }  // namespace
 
-uint64_t mem_available() {
-  uint64_t avail = 0;
-  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+std::vector<uint64_t> proc_kb_fields(const char* path, std::initializer_list<std::string_view> keys) {
+  std::vector<uint64_t> out(keys.size(), 0);
+  if (FILE* f = std::fopen(path, "r")) {
     char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lu kB", &avail) == 1) {
-        avail *= 1024;
-        break;
+    while (std::fgets(line, sizeof line, f)) {
+      const std::string_view l(line);
+      size_t i = 0;
+      for (const std::string_view k : keys) {
+        if (l.substr(0, k.size()) == k) out[i] = std::strtoull(line + k.size(), nullptr, 10) * 1024;
+        ++i;
       }
+    }
     std::fclose(f);
   }
-  return avail;
+  return out;
 }
+
+uint64_t mem_available() { return proc_kb_fields("/proc/meminfo", {"MemAvailable:"})[0]; }
 
 uint64_t cgroup_memory_limit() {
   uint64_t lowest = 0;

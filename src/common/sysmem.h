@@ -3,6 +3,9 @@
 // decisions (expert cache, bandwidth probe, page population) hold inside containers.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
+#include <string_view>
+#include <vector>
 
 namespace k3 {
 
@@ -15,5 +18,9 @@ uint64_t memory_headroom(uint64_t resident);
 // The parts: /proc/meminfo's MemAvailable, and the lowest cgroup memory limit (0: none).
 uint64_t mem_available();
 uint64_t cgroup_memory_limit();
+
+// The "KEY: N kB" fields of a /proc file (meminfo, self/status, self/smaps_rollup) in bytes, in the
+// order of `keys` (each with its colon); 0 for a key the file or the kernel lacks.
+std::vector<uint64_t> proc_kb_fields(const char* path, std::initializer_list<std::string_view> keys);
 
 }  // namespace k3

@@ -1,10 +1,10 @@
 #include <xxhash.h>
 
-#include <fstream>
 #include <map>
 #include <tuple>
 
 #include "common/error.h"
+#include "common/sysmem.h"
 #include "dist/dist.h"
 #include "dist/world.h"
 #include "model/registry.h"
@@ -16,15 +16,8 @@ namespace {
 
 // Resident bytes, and of them the file-backed ones (the mapped model), from /proc/self/status.
 std::pair<uint64_t, uint64_t> rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string key;
-  uint64_t kb = 0, rss = 0, file = 0;
-  while (f >> key) {
-    if (key == "VmRSS:" && f >> kb) rss = kb * 1024;
-    if (key == "RssFile:" && f >> kb) file = kb * 1024;
-    f.ignore(1 << 20, '\n');
-  }
-  return {rss, file};
+  const std::vector<uint64_t> v = proc_kb_fields("/proc/self/status", {"VmRSS:", "RssFile:"});
+  return {v[0], v[1]};
 }
 
 #if K3_HAVE_MPI
