@@ -22,6 +22,7 @@
 #include "../tests/tensor/ggml_cpu_oracle.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
+#include "tensor/repack.h"
 #include "tensor/matmul.h"
 #include "tensor/membw.h"
 #include "tensor/threadpool.h"
@@ -32,7 +33,8 @@ namespace {
 using T = GgmlType;
 
 const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
-                          T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+                          T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                          T::MXFP4_LANES};
 constexpr int64_t kRow = 7168;  // K3 hidden size: one row in L1/L2
 
 std::vector<Isa> isas() {
@@ -50,9 +52,17 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return v;
 }
 
+// rows × n weights of type t: quantized, and for a repacked type (tensor/repack.h) quantized as
+// the file type it comes from, then repacked.
+void quantize_weights(T t, const float* x, uint8_t* w, int64_t rows, int64_t n) {
+  const T file = t == T::MXFP4_LANES ? T::MXFP4 : t;
+  quantize_rows(file, x, w, rows, n, nullptr);
+  if (file != t) repack_rows(file, w, rows, n, row_size(t, n));
+}
+
 std::vector<uint8_t> quantized(T t, const std::vector<float>& x) {
   std::vector<uint8_t> b(row_size(t, static_cast<int64_t>(x.size())));
-  quantize_rows(t, x.data(), b.data(), 1, static_cast<int64_t>(x.size()), nullptr);
+  quantize_weights(t, x.data(), b.data(), 1, static_cast<int64_t>(x.size()));
   return b;
 }
 
@@ -316,7 +326,7 @@ void BM_matmul_tokens(benchmark::State& st, T t, Isa isa) {
   const int64_t ne1 = 2048, n_tokens = 64;
   const std::vector<float> wf = random_floats(kRow * ne1, 6);
   std::vector<uint8_t> w(row_size(t, kRow) * ne1);
-  quantize_rows(t, wf.data(), w.data(), ne1, kRow, nullptr);
+  quantize_weights(t, wf.data(), w.data(), ne1, kRow);
   const std::vector<float> x = random_floats(kRow * n_tokens, 7);
   std::vector<float> y(ne1 * n_tokens);
   ThreadPool pool(static_cast<int>(st.range(0)));
@@ -340,7 +350,7 @@ void BM_gemm(benchmark::State& st, T t, Isa isa, bool tiled) {
   }
   const size_t wrow = row_size(t, kRow), arow = row_size(kw.vec_dot_type, kRow);
   std::vector<uint8_t> w(wrow * rows), a(arow * n_tokens);
-  quantize_rows(t, random_floats(kRow * rows, 8).data(), w.data(), rows, kRow, nullptr);
+  quantize_weights(t, random_floats(kRow * rows, 8).data(), w.data(), rows, kRow);
   const std::vector<float> x = random_floats(kRow * n_tokens, 9);
   for (int64_t k = 0; k < n_tokens; ++k) kernels(kw.vec_dot_type, isa).from_float(x.data() + k * kRow, a.data() + k * arow, kRow);
   const size_t ps = tiled && g->packed_size(kRow) ? g->packed_size(kRow) : arow;
@@ -371,7 +381,8 @@ void register_all() {
     }
   if (test::GgmlCpu::get())
     for (T t : kWeightTypes)
-      benchmark::RegisterBenchmark(("vec_dot/" + std::string(type_name(t)) + "/ggml-" + test::GgmlCpu::get()->variant()).c_str(),
+      if (t != T::MXFP4_LANES)  // k3's own layout
+        benchmark::RegisterBenchmark(("vec_dot/" + std::string(type_name(t)) + "/ggml-" + test::GgmlCpu::get()->variant()).c_str(),
                                    BM_vec_dot_ggml, t);
   for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K})
     for (Isa isa : isas())
@@ -380,25 +391,25 @@ void register_all() {
     benchmark::RegisterBenchmark(("row_order/" + std::string(name)).c_str(), BM_row_order, order)
         ->Arg(544)->Arg(3808)->Arg(7616)->UseManualTime()->Iterations(4)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
-  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4, T::Q2_K, T::Q6_K, T::BF16})
+  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {
       if (isa == Isa::Scalar) continue;  // minutes per pass; not a bandwidth candidate
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
-  for (T t : {T::Q8_0, T::MXFP4, T::BF16, T::Q4_K})
+  for (T t : {T::Q8_0, T::MXFP4, T::MXFP4_LANES, T::BF16, T::Q4_K})
     for (Isa isa : isas())
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("prefetch_ab/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_prefetch_ab, t, isa)
             ->Arg(1)->Arg(2)->UseManualTime()->Iterations(12)->Unit(benchmark::kMillisecond);
-  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::MXFP4, T::Q4_0, T::Q4_K})
+  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K})
     for (Isa isa : isas())
       for (bool tiled : {true, false}) {
         if (isa == Isa::Scalar) continue;
         const std::string name = "gemm/" + std::string(type_name(t)) + "/" + isa_name(isa) + (tiled ? "/tiled" : "/vec_dot");
         benchmark::RegisterBenchmark(name.c_str(), BM_gemm, t, isa, tiled)->Arg(512)->Arg(2048)->Arg(kRow)->Unit(benchmark::kMillisecond);
       }
-  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::MXFP4})
+  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::MXFP4, T::MXFP4_LANES})
     for (Isa isa : isas())
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t, isa)

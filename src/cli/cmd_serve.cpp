@@ -97,7 +97,7 @@ static int cmd_serve(int argc, char** argv) {
   if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
     fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
   o.load_model = [pp](const std::string& path) { return dist::load(path, pp); };
-  o.make_experts = [stream](const model::Model& m, uint64_t state_bytes) {
+  o.make_experts = [stream](model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
   };
   if (max_body_mb <= 0 || max_body_mb > 1024) fail("--max-body-mb must be in (0, 1024]");

@@ -139,7 +139,7 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
                  "--expert-cache auto unless given)");
 }
 
-std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet,
+std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const StreamFlags& f, bool quiet,
                                                       uint64_t state_bytes) {
   bool stream = !f.cache.empty() || !f.trace.empty();
   if (f.cache == "off") {
@@ -166,6 +166,7 @@ std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, con
       if (dist::active()) fail("--no-mmap under mpirun: every process would copy the whole file");
       m.file().copy_to_anonymous();
     }
+    m.repack_experts();
     return nullptr;
   }
   if (f.no_mmap)

@@ -58,8 +58,9 @@ void add_stream_flags(CLI::App& app, StreamFlags& f);
 // --expert-cache off, or without the flag when the mapped model fits in the memory available
 // (model::auto_stream; state_bytes: the command's sequence state); streaming chosen that way is
 // announced on stderr in one line. With --no-mmap (which cannot go with streaming) the weights
-// are moved into anonymous 2 MB pages here.
-std::unique_ptr<model::ExpertStore> make_expert_store(const model::Model& m, const StreamFlags& f, bool quiet = false,
+// are moved into anonymous 2 MB pages here. Mapped experts are repacked here
+// (Model::repack_experts); streamed ones are repacked by the store after each read.
+std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const StreamFlags& f, bool quiet = false,
                                                       uint64_t state_bytes = 0);
 
 }  // namespace k3::cli

@@ -79,6 +79,27 @@ void MappedFile::copy_to_anonymous() const {
   }
 }
 
+AnonymousRegion::AnonymousRegion(size_t n, const std::string& what) : size_(n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  mapped_ = (n + kHuge - 1) / kHuge * kHuge;
+  if (mapped_ == 0) return;
+  void* a = mmap(nullptr, mapped_ + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a == MAP_FAILED) fail("%s: cannot allocate %zu bytes: %s", what.c_str(), n, std::strerror(errno));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(a), b = (lo + kHuge - 1) / kHuge * kHuge;
+  if (b > lo) munmap(a, b - lo);
+  if (lo + kHuge > b) munmap(reinterpret_cast<void*>(b + mapped_), lo + kHuge - b);
+  data_ = reinterpret_cast<uint8_t*>(b);
+  madvise(data_, mapped_, MADV_HUGEPAGE);
+}
+
+AnonymousRegion::~AnonymousRegion() {
+  if (data_) munmap(data_, mapped_);
+}
+
+void AnonymousRegion::seal() const {
+  if (data_) mprotect(data_, mapped_, PROT_READ);
+}
+
 MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -39,4 +39,22 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Anonymous memory for weights that k3 rewrites at load (tensor/repack.h): 2 MB aligned, in 2 MB
+// pages where the kernel gives them (MADV_HUGEPAGE), as copy_to_anonymous gives them. Move-only;
+// unmaps on destruction. Throws k3::Error naming `what` when memory runs out.
+class AnonymousRegion {
+ public:
+  AnonymousRegion(size_t n, const std::string& what);
+  ~AnonymousRegion();
+  AnonymousRegion(const AnonymousRegion&) = delete;
+  AnonymousRegion& operator=(const AnonymousRegion&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  void seal() const;  // read-only from now on
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0, mapped_ = 0;
+};
+
 }  // namespace k3

@@ -28,6 +28,8 @@ uint64_t spec_bytes(const TensorSpec& t, const std::string& path) {
   if (t.ne.empty() || t.ne.size() > 4)
     fail("%s: tensor '%s' has %zu dims, expected 1..4", path.c_str(), name, t.ne.size());
   const TypeInfo* ti = type_info(static_cast<uint32_t>(t.type));
+  if (!ti && find_type(t.type))
+    fail("%s: tensor '%s' has type %s, a layout k3 keeps in memory only", path.c_str(), name, type_name(t.type));
   if (!ti) fail("%s: tensor '%s' has unknown type id %u", path.c_str(), name, static_cast<uint32_t>(t.type));
   for (int64_t n : t.ne)
     if (n < 0) fail("%s: tensor '%s' has a negative dimension", path.c_str(), name);

@@ -14,6 +14,7 @@
 #include "tensor/matvec.h"
 #include "model/ops.h"
 #include "tensor/kernels.h"
+#include "tensor/repack.h"
 
 namespace k3::model {
 
@@ -87,6 +88,9 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
     for (int p = 0; p < 3; ++p) {
       Segment& s = seg_[il][p];
       const Tensor& t = *ts[p];
+      if (t.type != t.info->type)
+        fail("expert store: %s was repacked in memory (Model::repack_experts); streaming reads the file",
+             t.info->name.c_str());
       s.info = t.info;
       s.file = t.info->file_index;
       s.offset = static_cast<uint64_t>(t.data - m.file().files()[s.file]->base());
@@ -213,6 +217,11 @@ void ExpertStore::load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs
 }
 
 void ExpertStore::on_read(const ReadJob& j, const std::string& err) {
+  if (err.empty()) {  // the slot stays as load_locked set it until its last part counts down below
+    const Slot& sl = slots_[j.tag];
+    const Segment& g = seg_[sl.key / E_][j.part];
+    repack_rows(g.type, j.dst + sl.pad[j.part], g.ne1, g.ne0, g.row_bytes);
+  }
   std::lock_guard<std::mutex> lk(mu_);
   Slot& sl = slots_[j.tag];
   if (!err.empty() && sl.error.empty()) {
@@ -372,7 +381,7 @@ ExpertMats ExpertStore::acquire(uint32_t il, int32_t e) {
   WeightView* v[3] = {&m.gate, &m.up, &m.down};
   for (int p = 0; p < 3; ++p) {
     const Segment& g = seg_[il][p];
-    *v[p] = WeightView{g.type, sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
+    *v[p] = WeightView{repacked_type(g.type, g.ne0), sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
   }
   return m;
 }

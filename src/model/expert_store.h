@@ -3,8 +3,9 @@
 // read (expert_io.h: O_DIRECT, parallel, sorted by offset) into fixed-size slots as soon as the
 // router has chosen; the experts already resident are computed while the others arrive, and the
 // next layer's experts are prefetched from a cheap prediction (its router applied to this layer's
-// input). Eviction follows a CachePolicy (cache_policy.h). Expert bytes are the file's bytes, so
-// results are identical to the mapped path at every cache size, with or without prefetch.
+// input). Eviction follows a CachePolicy (cache_policy.h). Expert bytes are the file's bytes,
+// repacked after each read as the mapped path repacks them (tensor/repack.h), so results are
+// identical to the mapped path at every cache size, with or without prefetch.
 #pragma once
 #include <array>
 #include <chrono>

@@ -16,6 +16,7 @@
 #include "model/moe.h"
 #include "model/registry.h"
 #include "model/trace.h"
+#include "tensor/repack.h"
 
 namespace k3::model {
 
@@ -73,6 +74,39 @@ std::unique_ptr<Model> Model::load(const std::string& path, Group* group) {
   else
     populate_share(m->hp_, m->w_);
   return m;
+}
+
+size_t Model::repack_experts() {
+  std::vector<Tensor*> stacks;
+  size_t total = 0;
+  for (LayerWeights& lw : w_.layers)
+    for (Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps})
+      if (*t && repacked_type(t->type, t->ne[0]) != t->type) {
+        stacks.push_back(t);
+        total += t->bytes();
+      }
+  if (stacks.empty() || repacked_) return 0;
+  repacked_ = std::make_unique<AnonymousRegion>(total, file_.files().front()->path() + ": repacked expert stacks");
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uint8_t* out = repacked_->data();
+  for (Tensor* t : stacks) {
+    const size_t mat = static_cast<size_t>(t->ne[1]) * t->row_bytes();
+    for (int64_t e = 0; e < t->ne[2]; ++e) {
+      const uint8_t* src = t->data + e * t->mat_stride();
+      std::memcpy(out + e * mat, src, mat);
+      // the mapping's whole pages of it are no longer read
+      const uintptr_t a = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
+      const uintptr_t b = (reinterpret_cast<uintptr_t>(src) + mat) / page * page;
+      if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+    }
+    repack_rows(t->type, out, t->ne[1] * t->ne[2], t->ne[0], t->row_bytes());
+    t->type = repacked_type(t->type, t->ne[0]);
+    t->data = out;
+    t->nb2 = 0;
+    out += t->bytes();
+  }
+  repacked_->seal();
+  return total;
 }
 
 namespace {

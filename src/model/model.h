@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/mmap.h"
 #include "gguf/gguf.h"
 #include "model/group.h"
 #include "model/hparams.h"
@@ -74,6 +75,13 @@ class Model {
   LayerRange layers() const { return layers_; }  // the layers this process holds
   uint64_t weight_bytes() const { return weight_bytes_; }  // bytes of the weights it holds
 
+  // Rewrites the routed expert stacks this process holds into the kernels' faster layouts
+  // (tensor/repack.h) in anonymous memory (2 MB pages where the kernel gives them) and lets their
+  // pages of the mapping go (the page cache keeps them). Results do not change. For processes that
+  // compute from the resident stacks: an ExpertStore reads the file's bytes and repacks them itself.
+  // Call before any forward(); the bytes it copies are counted in the return value.
+  size_t repack_experts();
+
   // Runs every segment through every layer, updating each segment's state. Throws SegmentError
   // (the message names the segment when there are several) for an id outside the vocabulary or
   // when a state's context (n_ctx()) would be exceeded; every state is left unchanged then.
@@ -97,6 +105,7 @@ class Model {
   Group* group_ = nullptr;
   LayerRange layers_;
   uint64_t weight_bytes_ = 0;
+  std::unique_ptr<AnonymousRegion> repacked_;  // repack_experts()
 };
 
 }  // namespace k3::model

@@ -46,7 +46,7 @@ struct ServerOptions {
   bool verbose = false;
   // Streams routed experts from disk when set (k3 serve --expert-cache): called once with the model.
   // state_bytes: every slot's state at the full context. May return null (experts stay mapped).
-  std::function<std::unique_ptr<model::ExpertStore>(const model::Model&, uint64_t state_bytes)> make_experts;
+  std::function<std::unique_ptr<model::ExpertStore>(model::Model&, uint64_t state_bytes)> make_experts;
   // Loads the model when set (k3 serve under mpirun: this process's share), else Model::load.
   std::function<std::unique_ptr<model::Model>(const std::string&)> load_model;
 };

@@ -13,6 +13,7 @@ constexpr int QK_K = 256;  // K-quant super-block
 // sums over the 256-bit kernels' pair vectors leave the block totals (dot_ref.cpp's lane_sum,
 // simd256_block32.inc).
 constexpr int kLaneBlock[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+constexpr int kBlockLane[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // its inverse
 
 #pragma pack(push, 1)
 struct block_q4_0 { uint16_t d; uint8_t qs[QK / 2]; };
@@ -31,14 +32,26 @@ struct block_q5_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[QK
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+
+// MXFP4_LANES (types.h): 8 MXFP4 blocks b = 0..7 laid out for 256-bit kernels whose int32 lane l
+// sums block kLaneBlock[l] (the lane order of the block sums above), so that a group's block totals
+// need no horizontal sums. e[l]: the exponent of block kLaneBlock[l]. qs: 4 chunks of 32 bytes;
+// byte 4l + k of chunk j holds elements 8j + k (low nibble) and 8j + 4 + k (high nibble) of that
+// block. The same 136 bytes as the 8 blocks.
+struct block_mxfp4x8 { uint8_t e[8]; uint8_t qs[4 * 32]; };
 #pragma pack(pop)
+// Code of element i (0..31) of lane l's block.
+inline constexpr uint8_t mxfp4x8_code(const block_mxfp4x8& x, int l, int i) {
+  const uint8_t b = x.qs[32 * (i / 8) + 4 * l + i % 4];
+  return i % 8 < 4 ? b & 15 : b >> 4;
+}
 
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
               sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34 && sizeof(block_q8_1) == 36 &&
               sizeof(block_mxfp4) == 17 && sizeof(block_iq4_nl) == 18);
 static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
               sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292 &&
-              sizeof(block_iq4_xs) == 136);
+              sizeof(block_iq4_xs) == 136 && sizeof(block_mxfp4x8) == 8 * sizeof(block_mxfp4));
 
 // E2M1 values doubled (ggml's kvalues_mxfp4) and the IQ4_NL codebook.
 inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};

@@ -233,6 +233,19 @@ void vec_dot_mxfp4(int64_t n, float* s, const void* vx, const void* vy) {
   });
 }
 
+// The same terms in the same lanes as vec_dot_mxfp4: block i is lane kBlockLane[i % 8] of group i / 8.
+void vec_dot_mxfp4_lanes(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_mxfp4x8*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  *s = lane_sum(n / QK, [&](int64_t i) {
+    const block_mxfp4x8& g = x[i / 8];
+    const int l = kBlockLane[i % 8];
+    int8_t c[QK];
+    for (int j = 0; j < QK; ++j) c[j] = kvalues_mxfp4[mxfp4x8_code(g, l, j)];
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (e8m0_to_fp32_half(g.e[l]) * h2f(y[i].d));
+  });
+}
+
 void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_iq4_nl*>(vx);
   const auto* y = static_cast<const block_q8_0*>(vy);
@@ -410,6 +423,7 @@ void register_scalar_kernels(KernelTable& t) {
   set(T::Q6_K, T::Q8_K, to_float_ref<T::Q6_K>, vec_dot_q6_K);
   set(T::Q8_K, T::Q8_K, to_float_ref<T::Q8_K>, nullptr);
   set(T::MXFP4, T::Q8_0, to_float_ref<T::MXFP4>, vec_dot_mxfp4);
+  set(T::MXFP4_LANES, T::Q8_0, to_float_ref<T::MXFP4_LANES>, vec_dot_mxfp4_lanes);
   set(T::IQ4_NL, T::Q8_0, to_float_ref<T::IQ4_NL>, vec_dot_iq4_nl);
   set(T::IQ4_XS, T::Q8_K, to_float_ref<T::IQ4_XS>, vec_dot_iq4_xs);
   t[static_cast<int>(T::F32)].from_float = from_float_f32;

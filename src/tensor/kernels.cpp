@@ -162,7 +162,7 @@ const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 
 const QuantKernels& kernels(GgmlType t, Isa isa) {
   const uint32_t id = static_cast<uint32_t>(t);
-  const TypeInfo* ti = type_info(id);
+  const TypeInfo* ti = find_type(t);
   if (!ti || !ti->computable || id >= static_cast<uint32_t>(detail::kTypeSlots))
     fail("no kernels for ggml type %u (%s)", id, ti ? ti->name : "unknown");
   return tables().t[static_cast<int>(usable_isa(isa))][id];

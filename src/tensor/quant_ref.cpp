@@ -54,6 +54,7 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n) {
     case GgmlType::Q6_K: return dequantize_row_q6_K(as<block_q6_K>(x), y, n);
     case GgmlType::Q8_K: return dequantize_row_q8_K(as<block_q8_K>(x), y, n);
     case GgmlType::MXFP4: return dequantize_row_mxfp4(as<block_mxfp4>(x), y, n);
+    case GgmlType::MXFP4_LANES: return dequantize_row_mxfp4_lanes(as<block_mxfp4x8>(x), y, n);
     case GgmlType::IQ4_NL: return dequantize_row_iq4_nl(as<block_iq4_nl>(x), y, n);
     case GgmlType::IQ4_XS: return dequantize_row_iq4_xs(as<block_iq4_xs>(x), y, n);
     default: fail("dequantize: type %s is not supported", type_name(t));

@@ -33,6 +33,7 @@ void dequantize_row_q5_K(const block_q5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const block_q6_K* x, float* y, int64_t n);
 void dequantize_row_q8_K(const block_q8_K* x, float* y, int64_t n);
 void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
+void dequantize_row_mxfp4_lanes(const block_mxfp4x8* x, float* y, int64_t n);
 void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
 void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
 

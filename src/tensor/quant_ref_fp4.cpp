@@ -131,6 +131,14 @@ void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n) {
   }
 }
 
+void dequantize_row_mxfp4_lanes(const block_mxfp4x8* x, float* y, int64_t n) {
+  for (int64_t g = 0; g < n / QK_K; ++g, y += QK_K)
+    for (int l = 0; l < 8; ++l) {
+      const float d = e8m0_to_fp32_half(x[g].e[l]);
+      for (int i = 0; i < QK; ++i) y[QK * kLaneBlock[l] + i] = kvalues_mxfp4[mxfp4x8_code(x[g], l, i)] * d;
+    }
+}
+
 void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK; ++i, y += QK) {
     const float d = fp16_to_fp32(x[i].d);

@@ -13,6 +13,9 @@ enum class GgmlType : uint32_t {
   IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41, Q2_0 = 42,
+  // k3's own layout, never in a file (the GGUF reader and writer refuse it): MXFP4 rows repacked at
+  // load for the SIMD kernels (blocks.h, block_mxfp4x8; tensor/repack.h).
+  MXFP4_LANES = 63,
 };
 
 struct TypeInfo {
@@ -23,10 +26,13 @@ struct TypeInfo {
   bool computable;      // dequantize/dot kernels exist in k3
 };
 
-// nullptr for an id that is unknown or retired (4, 5, 31-33, 36-38).
+// A type a file may name: nullptr for an id that is unknown, retired (4, 5, 31-33, 36-38) or
+// k3's own (MXFP4_LANES).
 const TypeInfo* type_info(uint32_t id);
+// Any type, k3's own included: nullptr (find_type) or an assertion (type_info) if unknown.
+const TypeInfo* find_type(GgmlType t);
 const TypeInfo& type_info(GgmlType t);
-// Case-insensitive lookup by name ("Q4_K", "q4_k", "mxfp4"); nullptr if unknown.
+// Case-insensitive lookup among the file types by name ("Q4_K", "q4_k", "mxfp4"); nullptr if unknown.
 const TypeInfo* type_by_name(std::string_view name);
 inline const char* type_name(GgmlType t) { return type_info(t).name; }
 

@@ -151,6 +151,40 @@ TEST_P(Streaming, WarmupLoadsAndKeepsResultsIdentical) {
 INSTANTIATE_TEST_SUITE_P(Configs, Streaming, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// MXFP4 experts whose rows repack (tensor/repack.h): the mapped stacks repacked at load
+// (Model::repack_experts) and the streamed ones repacked after each read give the file layout's
+// bits, at one thread and two; a store cannot be made over stacks repacked in memory.
+TEST(ExpertStore, RepackedExpertsGiveTheFileLayoutsBits) {
+  model::SynthOptions o = many_experts();
+  o.expert_type = GgmlType::MXFP4, o.seed = 23;
+  const auto path = make_model(o, "stream_mxfp4_lanes");
+  auto m = model::Model::load(path);
+  const model::LayerWeights& lw = m->weights().layers.back();
+  ASSERT_EQ(lw.up_exps.type, GgmlType::MXFP4);
+  const std::vector<float> ref = run(*m, nullptr), ref2 = run(*m, nullptr, 2);
+  {
+    model::ExpertStoreOptions so;
+    so.quiet = true, so.budget_bytes = 1;
+    model::ExpertStore store(*m, so);
+    EXPECT_TRUE(same_bits(run(*m, &store), ref));
+    EXPECT_GT(store.stats().misses, 0u);
+  }
+  const uint64_t stacks = model::expert_stack_bytes(*m);
+  EXPECT_EQ(m->repack_experts(), stacks);
+  EXPECT_EQ(m->repack_experts(), 0u) << "once";
+  for (const model::Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) EXPECT_EQ(t->type, GgmlType::MXFP4_LANES);
+  EXPECT_TRUE(same_bits(run(*m, nullptr), ref));
+  EXPECT_TRUE(same_bits(run(*m, nullptr, 2), ref2));
+  model::ExpertStoreOptions so;
+  so.quiet = true;
+  try {
+    model::ExpertStore store(*m, so);
+    ADD_FAILURE() << "a store over repacked stacks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.1.ffn_gate_exps.weight was repacked in memory"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ExpertStore, ReadErrorNamesTensorAndOffsetAndStoreStaysUsable) {
   const auto path = make_model(many_experts(), "stream_err");
   auto m = model::Model::load(path);

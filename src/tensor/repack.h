@@ -1,0 +1,22 @@
+// Weight layouts that k3 keeps in memory only: rows repacked at load (or after an expert read) so
+// that the SIMD kernels read them with fewer instructions. A repacked row holds the same values in
+// the same bytes per element, and its products give the file type's bits (the same block terms,
+// summed in the same lanes), so repacking never changes results.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/types.h"
+
+namespace k3 {
+
+// The type rows of type t and ne0 elements become, or t where there is no faster layout: MXFP4 rows
+// whose width is a multiple of 256 become MXFP4_LANES (blocks.h: every 8 blocks one group whose
+// block sums land in the kernels' lanes without horizontal sums).
+GgmlType repacked_type(GgmlType t, int64_t ne0);
+
+// Rewrites nrows rows of ne0 elements of type t, `stride` bytes apart, in place into
+// repacked_type(t, ne0).
+void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride);
+
+}  // namespace k3
