@@ -41,7 +41,7 @@ int cmd_imatrix(int argc, char** argv) {
   const std::vector<int32_t>& tokens = ct.tokens;
   const int64_t n_chunks = ct.n_chunks;
 
-  quant::ImatrixCollector col(m.file());
+  quant::ImatrixCollector col(m);
   ThreadPool pool(o.threads);
   model::RunOptions ropt;
   ropt.pool = &pool;

@@ -72,9 +72,9 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
   aq.resize(static_cast<size_t>(k) * aq_row);
   for (int64_t j = 0; j < k; ++j) {
     const ExpertMats& m = mats[j];
-    if (ctx.observer) {
-      ctx.observer->on_matmul(m.gate, z, 1);
-      ctx.observer->on_matmul(m.up, z, 1);
+    if (ctx.observer) {  // the model's matrices, wherever a source serves them from
+      ctx.observer->on_matmul(w.gate_exps.mat(sel[j]), z, 1);
+      ctx.observer->on_matmul(w.up_exps.mat(sel[j]), z, 1);
     }
     mv.push_back({m.gate, zg, &g[j * F]});
     mv.push_back({m.up, zu, &u[j * F]});
@@ -99,7 +99,7 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
   for (int64_t j = 0; j < k; ++j) {
     const ExpertMats& m = mats[j];
     const float* a = &g[j * F_all];
-    if (ctx.observer) ctx.observer->on_matmul(m.down, a, 1);
+    if (ctx.observer) ctx.observer->on_matmul(w.down_exps.mat(sel[j]), a, 1);
     mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[j * aq_row], y + j * dl_out});
   }
   matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
@@ -214,6 +214,8 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
   } else {
     const int64_t whole_rows = w.gate_exps.whole_rows();
+    Ctx quiet = ctx;  // the observer is told of the model's matrices, wherever a source serves them from
+    quiet.observer = nullptr;
     for (const int32_t e : used) {
       const auto& r = rows[e];
       const int64_t n = static_cast<int64_t>(r.size());
@@ -223,11 +225,16 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       ye.resize(n * dl_out);
       for (int64_t m = 0; m < n; ++m) std::copy_n(z + (r[m] / k) * dl, dl, &zin[m * dl]);
       const ExpertMats me = src.mats(w, e);
-      linear(ctx, me.gate, zin.data(), n, a.data(), whole_rows);
-      linear(ctx, me.up, zin.data(), n, b.data(), whole_rows);
+      if (ctx.observer) {
+        ctx.observer->on_matmul(w.gate_exps.mat(e), zin.data(), n);
+        ctx.observer->on_matmul(w.up_exps.mat(e), zin.data(), n);
+      }
+      linear(quiet, me.gate, zin.data(), n, a.data(), whole_rows);
+      linear(quiet, me.up, zin.data(), n, b.data(), whole_rows);
       situ_rows(ctx, situ, a.data(), b.data(), n, F);
       gather(ctx, {{a.data(), F, F_all}}, n);
-      linear(ctx, me.down, a.data(), n, ye.data(), w.down_exps.whole_rows());
+      if (ctx.observer) ctx.observer->on_matmul(w.down_exps.mat(e), a.data(), n);
+      linear(quiet, me.down, a.data(), n, ye.data(), w.down_exps.whole_rows());
       src.done(e);
       for (int64_t m = 0; m < n; ++m) std::copy_n(&ye[m * dl_out], dl_out, &y[r[m] * dl_out]);
     }

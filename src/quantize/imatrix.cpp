@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "gguf/writer.h"
+#include "model/registry.h"
 
 namespace k3::quant {
 
@@ -140,11 +141,14 @@ void Imatrix::merge(const Imatrix& o) {
     if (std::find(datasets.begin(), datasets.end(), d) == datasets.end()) datasets.push_back(d);
 }
 
-ImatrixCollector::ImatrixCollector(const gguf::Model& model) {
-  for (const gguf::TensorInfo* t : model.tensors()) {
-    if (t->n_dims < 2 || !t->data) continue;
-    ranges_.push_back({t->data, t->data + t->nbytes, t, t->nbytes / static_cast<uint64_t>(t->ne[2] * t->ne[3])});
-  }
+ImatrixCollector::ImatrixCollector(const model::Model& model) {
+  const model::Weights& w = model.weights();
+  model::for_each_tensor(model.hparams(), [&](const model::TensorRef& r) {
+    const model::Tensor& t = r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+    if (!t || t.info->n_dims < 2) return;
+    const size_t mat = static_cast<size_t>(t.ne[1]) * t.row_bytes();
+    ranges_.push_back({t.data, t.data + (t.ne[2] - 1) * t.mat_stride() + mat, t.info, t.mat_stride()});
+  });
   std::sort(ranges_.begin(), ranges_.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
 }
 

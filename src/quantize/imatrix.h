@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "model/ops.h"
 
 namespace k3::quant {
@@ -48,11 +49,12 @@ class Imatrix {
 };
 
 // Collects an imatrix from the products a forward pass reports. Weights are identified by their
-// data address inside the model's mapping (a 2-D tensor, or one matrix of a 3-D stack), so the
-// model only needs to report (weight data, input rows).
+// data address among the model's weights as it holds them (a 2-D tensor, or one matrix of a 3-D
+// stack; in the mapping, or where Model::repack_experts moved them), so the model only needs to
+// report (weight data, input rows). Make it after the weights have moved.
 class ImatrixCollector : public model::MatmulObserver {
  public:
-  explicit ImatrixCollector(const gguf::Model& model);
+  explicit ImatrixCollector(const model::Model& model);
   // Collects from every product of a forward pass (RunOptions::observer).
   void on_matmul(const WeightView& w, const float* x, int64_t T) override { observe(w.data, x, T); }
   // y = W x for the T rows x[T][ne0] of the matrix whose data starts at `weight_data`.

@@ -8,6 +8,8 @@
 
 #include "common/error.h"
 #include "helpers.h"
+#include "model/expert_store.h"
+#include "model/model.h"
 #include "quantize/fast_kquants.h"
 #include "quantize/imatrix.h"
 #include "quantize/quantizer.h"
@@ -70,8 +72,9 @@ TEST(Imatrix, FileIsLlamaCppLayout) {
 TEST(Imatrix, CollectorMapsWeightAddresses) {
   qtest::TempDir dir("k3q-collect", qtest::TempDir::Base::Memory);
   model::write_synthetic(dir / "m.gguf", qtest::synth_options());
-  const gguf::Model m = gguf::Model::open(dir / "m.gguf");
-  quant::ImatrixCollector col(m);
+  const auto mm = model::Model::load(dir / "m.gguf");
+  const gguf::Model& m = mm->file();
+  quant::ImatrixCollector col(*mm);
   const gguf::TensorInfo& up = m.get("blk.1.ffn_up_exps.weight");
   const gguf::TensorInfo& q = m.get("blk.0.attn_q.weight");
   const int64_t ne0 = up.ne[0];
@@ -105,6 +108,47 @@ TEST(Imatrix, CollectorMapsWeightAddresses) {
   quant::Imatrix bad2 = im;
   bad2.entries.at("blk.1.ffn_up_exps.weight").n_mat = 4;
   EXPECT_THROW(bad2.check_model(m), Error);
+}
+
+// The experts' statistics do not depend on where the products read them: the mapped stacks, the
+// same repacked in memory (Model::repack_experts) or an expert cache (the store serves its own
+// copies; the model reports its matrices). Prefill (experts grouped) and decode (one token).
+TEST(Imatrix, SameFromMappedRepackedAndStreamedExperts) {
+  qtest::TempDir dir("k3q-collect-src", qtest::TempDir::Base::Memory);
+  model::write_synthetic(dir / "m.gguf", qtest::synth_options(GgmlType::F32));
+  auto collect = [&](bool repack, bool stream) {
+    auto m = model::Model::load(dir / "m.gguf");
+    if (repack) EXPECT_GT(m->repack_experts(), 0u);
+    std::unique_ptr<model::ExpertStore> store;
+    if (stream) {
+      model::ExpertStoreOptions so;
+      so.quiet = true, so.budget_bytes = 1;
+      store = std::make_unique<model::ExpertStore>(*m, so);
+    }
+    quant::ImatrixCollector col(*m);
+    ThreadPool pool(2);
+    model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
+    opt.observer = &col;
+    opt.experts = store.get();
+    model::State st = m->new_state(32);
+    std::vector<int32_t> ids = {5, 17, 300, 42, 7, 99, 123, 4};
+    m->prefill(st, ids, 8, opt, model::Logits::None, nullptr);
+    for (int32_t id : {8, 9, 10}) m->forward(st, &id, 1, opt, model::Logits::None, nullptr);
+    return col.imatrix();
+  };
+  const quant::Imatrix mapped = collect(false, false);
+  const quant::ImatrixEntry& up = mapped.entries.at("blk.1.ffn_up_exps.weight");
+  double seen = 0;
+  for (double c : up.counts) seen += c;
+  EXPECT_EQ(seen, 11.0 * 2) << "every token reaches n_expert_used experts";
+  for (const quant::Imatrix& other : {collect(true, false), collect(false, true)}) {
+    ASSERT_EQ(other.entries.size(), mapped.entries.size());
+    for (const auto& [name, e] : mapped.entries) {
+      const quant::ImatrixEntry& o = other.entries.at(name);
+      EXPECT_EQ(o.sums, e.sums) << name;
+      EXPECT_EQ(o.counts, e.counts) << name;
+    }
+  }
 }
 
 // k3 quantize --imatrix gives each expert its own importance row: the bytes equal the reference

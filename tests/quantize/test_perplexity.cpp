@@ -165,7 +165,7 @@ TEST_F(Perplexity, ImatrixLowersKld) {
   const quant::PplOptions o = opts();
   save_base(o);
   auto m = model::Model::load(path("f32.gguf"));
-  quant::ImatrixCollector col(m->file());
+  quant::ImatrixCollector col(*m);
   ThreadPool pool(2);
   model::RunOptions ro;
   ro.pool = &pool;
