@@ -52,14 +52,16 @@ struct StreamFlags {
   int io_threads = 8;
   bool no_prefetch = false, no_uring = false;
   bool no_mmap = false;  // --no-mmap: the weights in anonymous memory (MappedFile::copy_to_anonymous)
+  bool no_repack = false;  // --no-repack: the weights in the file's layout (Model::repack_weights)
 };
 void add_stream_flags(CLI::App& app, StreamFlags& f);
 // The store the flags ask for, warmed up if asked, or null when the experts stay mapped: with
 // --expert-cache off, or without the flag when the mapped model fits in the memory available
 // (model::auto_stream; state_bytes: the command's sequence state); streaming chosen that way is
 // announced on stderr in one line. With --no-mmap (which cannot go with streaming) the weights
-// are moved into anonymous 2 MB pages here. Mapped experts are repacked here
-// (Model::repack_experts); streamed ones are repacked by the store after each read.
+// are moved into anonymous 2 MB pages here. Unless --no-repack, the weights are repacked here
+// (Model::repack_weights), mapped experts included; streamed ones are repacked by the store after
+// each read.
 std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const StreamFlags& f, bool quiet = false,
                                                       uint64_t state_bytes = 0);
 

@@ -89,7 +89,7 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
       Segment& s = seg_[il][p];
       const Tensor& t = *ts[p];
       if (t.type != t.info->type)
-        fail("expert store: %s was repacked in memory (Model::repack_experts); streaming reads the file",
+        fail("expert store: %s was repacked in memory (Model::repack_weights); streaming reads the file",
              t.info->name.c_str());
       s.info = t.info;
       s.file = t.info->file_index;
@@ -217,7 +217,7 @@ void ExpertStore::load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs
 }
 
 void ExpertStore::on_read(const ReadJob& j, const std::string& err) {
-  if (err.empty()) {  // the slot stays as load_locked set it until its last part counts down below
+  if (err.empty() && o_.repack) {  // the slot stays as load_locked set it until its last part counts down below
     const Slot& sl = slots_[j.tag];
     const Segment& g = seg_[sl.key / E_][j.part];
     repack_rows(g.type, j.dst + sl.pad[j.part], g.ne1, g.ne0, g.row_bytes);
@@ -381,7 +381,7 @@ ExpertMats ExpertStore::acquire(uint32_t il, int32_t e) {
   WeightView* v[3] = {&m.gate, &m.up, &m.down};
   for (int p = 0; p < 3; ++p) {
     const Segment& g = seg_[il][p];
-    *v[p] = WeightView{repacked_type(g.type, g.ne0), sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
+    *v[p] = WeightView{o_.repack ? repacked_type(g.type, g.ne0) : g.type, sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
   }
   return m;
 }

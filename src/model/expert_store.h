@@ -35,6 +35,7 @@ struct ExpertStoreOptions {
   std::string trace_path;               // record the routing trace here (cache_policy.h format)
   std::vector<std::string> read_paths;  // read experts from these files instead of the model's (tests)
   bool quiet = false;                   // no notices on stderr
+  bool repack = true;                   // serve the faster in-memory layouts (tensor/repack.h)
 };
 
 struct ExpertStats {

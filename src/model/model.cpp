@@ -76,17 +76,18 @@ std::unique_ptr<Model> Model::load(const std::string& path, Group* group) {
   return m;
 }
 
-size_t Model::repack_experts() {
+size_t Model::repack_weights(bool experts) {
   std::vector<Tensor*> stacks;
   size_t total = 0;
-  for (LayerWeights& lw : w_.layers)
-    for (Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps})
-      if (*t && repacked_type(t->type, t->ne[0]) != t->type) {
-        stacks.push_back(t);
-        total += t->bytes();
-      }
+  for_each_tensor(hp_, [&](const TensorRef& r) {
+    Tensor& t = r.def.global ? w_.*(r.def.global) : w_.layers[r.il].*(r.def.layer);
+    if (!t || r.def.global == &Weights::token_embd || repacked_type(t.type, t.ne[0]) == t.type) return;
+    if (!experts && r.def.transform == Transform::StackExperts) return;
+    stacks.push_back(&t);
+    total += t.bytes();
+  });
   if (stacks.empty() || repacked_) return 0;
-  repacked_ = std::make_unique<AnonymousRegion>(total, file_.files().front()->path() + ": repacked expert stacks");
+  repacked_ = std::make_unique<AnonymousRegion>(total, file_.files().front()->path() + ": repacked weights");
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uint8_t* out = repacked_->data();
   for (Tensor* t : stacks) {

@@ -75,12 +75,13 @@ class Model {
   LayerRange layers() const { return layers_; }  // the layers this process holds
   uint64_t weight_bytes() const { return weight_bytes_; }  // bytes of the weights it holds
 
-  // Rewrites the routed expert stacks this process holds into the kernels' faster layouts
+  // Rewrites the weight matrices this process holds into the kernels' faster layouts
   // (tensor/repack.h) in anonymous memory (2 MB pages where the kernel gives them) and lets their
-  // pages of the mapping go (the page cache keeps them). Results do not change. For processes that
-  // compute from the resident stacks: an ExpertStore reads the file's bytes and repacks them itself.
-  // Call before any forward(); the bytes it copies are counted in the return value.
-  size_t repack_experts();
+  // pages of the mapping go (the page cache keeps them). Results do not change. The routed expert
+  // stacks only with `experts`: an ExpertStore reads the file's bytes and repacks them itself. The
+  // token embedding stays (one row is read a token). Call once, before any forward(); returns the
+  // bytes repacked.
+  size_t repack_weights(bool experts);
 
   // Runs every segment through every layer, updating each segment's state. Throws SegmentError
   // (the message names the segment when there are several) for an id outside the vocabulary or
@@ -105,7 +106,7 @@ class Model {
   Group* group_ = nullptr;
   LayerRange layers_;
   uint64_t weight_bytes_ = 0;
-  std::unique_ptr<AnonymousRegion> repacked_;  // repack_experts()
+  std::unique_ptr<AnonymousRegion> repacked_;  // repack_weights()
 };
 
 }  // namespace k3::model

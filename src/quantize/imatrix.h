@@ -50,7 +50,7 @@ class Imatrix {
 
 // Collects an imatrix from the products a forward pass reports. Weights are identified by their
 // data address among the model's weights as it holds them (a 2-D tensor, or one matrix of a 3-D
-// stack; in the mapping, or where Model::repack_experts moved them), so the model only needs to
+// stack; in the mapping, or where Model::repack_weights moved them), so the model only needs to
 // report (weight data, input rows). Make it after the weights have moved.
 class ImatrixCollector : public model::MatmulObserver {
  public:

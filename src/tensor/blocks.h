@@ -39,19 +39,24 @@ struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]
 // byte 4l + k of chunk j holds elements 8j + k (low nibble) and 8j + 4 + k (high nibble) of that
 // block. The same 136 bytes as the 8 blocks.
 struct block_mxfp4x8 { uint8_t e[8]; uint8_t qs[4 * 32]; };
+// Q8_0_LANES: 8 Q8_0 blocks for the same kernels. d[l]: the scale of block kLaneBlock[l]; qs: 8
+// chunks of 32 bytes, bytes 4l..4l+3 of chunk v holding elements 4v..4v+3 of that block.
+struct block_q8_0x8 { uint16_t d[8]; int8_t qs[8 * 32]; };
 #pragma pack(pop)
 // Code of element i (0..31) of lane l's block.
 inline constexpr uint8_t mxfp4x8_code(const block_mxfp4x8& x, int l, int i) {
   const uint8_t b = x.qs[32 * (i / 8) + 4 * l + i % 4];
   return i % 8 < 4 ? b & 15 : b >> 4;
 }
+inline constexpr int8_t q8_0x8_code(const block_q8_0x8& x, int l, int i) { return x.qs[32 * (i / 4) + 4 * l + i % 4]; }
 
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
               sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34 && sizeof(block_q8_1) == 36 &&
               sizeof(block_mxfp4) == 17 && sizeof(block_iq4_nl) == 18);
 static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
               sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292 &&
-              sizeof(block_iq4_xs) == 136 && sizeof(block_mxfp4x8) == 8 * sizeof(block_mxfp4));
+              sizeof(block_iq4_xs) == 136 && sizeof(block_mxfp4x8) == 8 * sizeof(block_mxfp4) &&
+              sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
 
 // E2M1 values doubled (ggml's kvalues_mxfp4) and the IQ4_NL codebook.
 inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};

@@ -215,6 +215,19 @@ void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
   });
 }
 
+// The same terms in the same lanes as vec_dot_q8_0: block i is lane kBlockLane[i % 8] of group i / 8.
+void vec_dot_q8_0_lanes(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q8_0x8*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  *s = lane_sum(n / QK, [&](int64_t i) {
+    const block_q8_0x8& g = x[i / 8];
+    const int l = kBlockLane[i % 8];
+    int8_t c[QK];
+    for (int j = 0; j < QK; ++j) c[j] = q8_0x8_code(g, l, j);
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(g.d[l]) * h2f(y[i].d));
+  });
+}
+
 void lookup_nibbles(const uint8_t* qs, const int8_t* table, int8_t* c) {
   for (int j = 0; j < 16; ++j) {
     c[j] = table[qs[j] & 15];
@@ -415,6 +428,7 @@ void register_scalar_kernels(KernelTable& t) {
   set(T::Q5_0, T::Q8_0, to_float_ref<T::Q5_0>, vec_dot_q5_0);
   set(T::Q5_1, T::Q8_1, to_float_ref<T::Q5_1>, vec_dot_q5_1);
   set(T::Q8_0, T::Q8_0, to_float_ref<T::Q8_0>, vec_dot_q8_0);
+  set(T::Q8_0_LANES, T::Q8_0, to_float_ref<T::Q8_0_LANES>, vec_dot_q8_0_lanes);
   set(T::Q8_1, T::Q8_1, to_float_ref<T::Q8_1>, nullptr);
   set(T::Q2_K, T::Q8_K, to_float_ref<T::Q2_K>, vec_dot_q2_K);
   set(T::Q3_K, T::Q8_K, to_float_ref<T::Q3_K>, vec_dot_q3_K);

@@ -129,7 +129,7 @@ struct Bf16Gemm {
 
 #include "tensor/simd256_block32.inc"
 #include "tensor/gemm_block32.inc"
-#include "tensor/gemm_mxfp4_lanes.inc"
+#include "tensor/gemm_lanes.inc"
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
@@ -265,7 +265,8 @@ constexpr GemmKernel kQ80 = block32_kernel<Q80B>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
-constexpr GemmKernel kMxfp4Lanes = mxfp4_lanes_kernel();
+constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
+constexpr GemmKernel kQ80Lanes = lanes_kernel<Q80LanesW>();
 constexpr GemmKernel kQ50 = block32_kernel<Q50B>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
@@ -287,6 +288,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
     case GgmlType::MXFP4_LANES: return &kMxfp4Lanes;
+    case GgmlType::Q8_0_LANES: return &kQ80Lanes;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
     case GgmlType::Q3_K: return &kQ3K;

@@ -134,6 +134,14 @@ void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n) {
   }
 }
 
+void dequantize_row_q8_0_lanes(const block_q8_0x8* x, float* y, int64_t n) {
+  for (int64_t g = 0; g < n / QK_K; ++g, y += QK_K)
+    for (int l = 0; l < 8; ++l) {
+      const float d = fp16_to_fp32(x[g].d[l]);
+      for (int i = 0; i < QK; ++i) y[QK * kLaneBlock[l] + i] = q8_0x8_code(x[g], l, i) * d;
+    }
+}
+
 void dequantize_row_q8_1(const block_q8_1* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK; ++i, y += QK) {
     const float d = fp16_to_fp32(x[i].d);

@@ -32,22 +32,42 @@ block_mxfp4x8 to_lanes(const block_mxfp4* b) {
   return g;
 }
 
+block_q8_0x8 to_lanes(const block_q8_0* b) {
+  block_q8_0x8 g;
+  for (int l = 0; l < 8; ++l) {
+    g.d[l] = b[kLaneBlock[l]].d;
+    for (int v = 0; v < 8; ++v) std::memcpy(g.qs + 32 * v + 4 * l, b[kLaneBlock[l]].qs + 4 * v, 4);
+  }
+  return g;
+}
+
+// Each group of 8 blocks of every row, in place.
+template <class Block>
+void groups_to_lanes(uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
+  for (int64_t r = 0; r < nrows; ++r) {
+    auto* x = reinterpret_cast<Block*>(rows + static_cast<size_t>(r) * stride);
+    for (int64_t g = 0; g < ne0 / QK_K; ++g) {
+      const auto lanes = to_lanes(x + 8 * g);
+      static_assert(sizeof(lanes) == 8 * sizeof(Block));
+      std::memcpy(static_cast<void*>(x + 8 * g), &lanes, sizeof(lanes));
+    }
+  }
+}
+
 }  // namespace
 
 GgmlType repacked_type(GgmlType t, int64_t ne0) {
-  return t == GgmlType::MXFP4 && ne0 > 0 && ne0 % QK_K == 0 ? GgmlType::MXFP4_LANES : t;
+  if (ne0 <= 0 || ne0 % QK_K != 0) return t;
+  if (t == GgmlType::MXFP4) return GgmlType::MXFP4_LANES;
+  if (t == GgmlType::Q8_0) return GgmlType::Q8_0_LANES;
+  return t;
 }
 
 void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
   if (repacked_type(t, ne0) == t) return;
-  K3_ASSERT(t == GgmlType::MXFP4);
-  for (int64_t r = 0; r < nrows; ++r) {
-    auto* x = reinterpret_cast<block_mxfp4*>(rows + static_cast<size_t>(r) * stride);
-    for (int64_t g = 0; g < ne0 / QK_K; ++g) {
-      const block_mxfp4x8 lanes = to_lanes(x + 8 * g);
-      std::memcpy(static_cast<void*>(x + 8 * g), &lanes, sizeof(lanes));
-    }
-  }
+  if (t == GgmlType::MXFP4) return groups_to_lanes<block_mxfp4>(rows, nrows, ne0, stride);
+  K3_ASSERT(t == GgmlType::Q8_0);
+  groups_to_lanes<block_q8_0>(rows, nrows, ne0, stride);
 }
 
 }  // namespace k3

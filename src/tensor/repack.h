@@ -10,9 +10,9 @@
 
 namespace k3 {
 
-// The type rows of type t and ne0 elements become, or t where there is no faster layout: MXFP4 rows
-// whose width is a multiple of 256 become MXFP4_LANES (blocks.h: every 8 blocks one group whose
-// block sums land in the kernels' lanes without horizontal sums).
+// The type rows of type t and ne0 elements become, or t where there is no faster layout: MXFP4 and
+// Q8_0 rows whose width is a multiple of 256 become MXFP4_LANES and Q8_0_LANES (blocks.h: every 8
+// blocks one group whose block sums land in the kernels' lanes without horizontal sums).
 GgmlType repacked_type(GgmlType t, int64_t ne0);
 
 // Rewrites nrows rows of ne0 elements of type t, `stride` bytes apart, in place into

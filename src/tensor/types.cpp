@@ -29,8 +29,9 @@ constexpr TypeInfo kTypes[] = {
     {T::NVFP4, "nvfp4", 64, 36, false},  {T::Q1_0, "q1_0", 128, 18, false},
     {T::Q2_0, "q2_0", 64, 18, false},
 };
-// 8 MXFP4 blocks as one: the same bytes per element, so row sizes and strides do not change.
-constexpr TypeInfo kMxfp4Lanes = {T::MXFP4_LANES, "mxfp4_lanes", 256, 136, true};
+// 8 blocks as one: the same bytes per element, so row sizes and strides do not change.
+constexpr TypeInfo kLanes[] = {{T::Q8_0_LANES, "q8_0_lanes", 256, 272, true},
+                               {T::MXFP4_LANES, "mxfp4_lanes", 256, 136, true}};
 
 bool iequal(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -46,7 +47,11 @@ const TypeInfo* type_info(uint32_t id) {
   return nullptr;
 }
 
-const TypeInfo* find_type(GgmlType t) { return t == T::MXFP4_LANES ? &kMxfp4Lanes : type_info(static_cast<uint32_t>(t)); }
+const TypeInfo* find_type(GgmlType t) {
+  for (const TypeInfo& ti : kLanes)
+    if (ti.type == t) return &ti;
+  return type_info(static_cast<uint32_t>(t));
+}
 
 const TypeInfo& type_info(GgmlType t) {
   const TypeInfo* ti = find_type(t);

@@ -111,14 +111,16 @@ TEST(Imatrix, CollectorMapsWeightAddresses) {
 }
 
 // The experts' statistics do not depend on where the products read them: the mapped stacks, the
-// same repacked in memory (Model::repack_experts) or an expert cache (the store serves its own
+// same repacked in memory (Model::repack_weights) or an expert cache (the store serves its own
 // copies; the model reports its matrices). Prefill (experts grouped) and decode (one token).
 TEST(Imatrix, SameFromMappedRepackedAndStreamedExperts) {
   qtest::TempDir dir("k3q-collect-src", qtest::TempDir::Base::Memory);
   model::write_synthetic(dir / "m.gguf", qtest::synth_options(GgmlType::F32));
   auto collect = [&](bool repack, bool stream) {
     auto m = model::Model::load(dir / "m.gguf");
-    if (repack) EXPECT_GT(m->repack_experts(), 0u);
+    if (repack) {
+      EXPECT_GT(m->repack_weights(true), 0u);
+    }
     std::unique_ptr<model::ExpertStore> store;
     if (stream) {
       model::ExpertStoreOptions so;

@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "tensor/blocks.h"
+#include "tensor/fp16.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
 
@@ -25,13 +28,21 @@ std::vector<Isa> simd_isas() {
   return v;
 }
 
-// rows MXFP4 rows of n elements: random codes, exponents base + (block index) mod 256.
-Bytes mxfp4_rows(std::mt19937& rng, int64_t rows, int64_t n, int base) {
-  Bytes w(rows * row_size(T::MXFP4, n));
+// rows file-type rows of n elements with random codes. MXFP4: exponents base + (block index)
+// mod 256; Q8_0: scales ±2^(base / 16 - 8) with random mantissas, codes -128..127.
+Bytes random_rows(T t, std::mt19937& rng, int64_t rows, int64_t n, int base) {
+  Bytes w(rows * row_size(t, n));
   std::uniform_int_distribution<int> byte(0, 255);
-  for (size_t b = 0; b < w.size() / sizeof(block_mxfp4); ++b) {
-    w[b * 17] = static_cast<uint8_t>((base + b) % 256);
-    for (int j = 1; j < 17; ++j) w[b * 17 + j] = static_cast<uint8_t>(byte(rng));
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  const size_t bs = type_info(t).block_bytes;
+  for (size_t b = 0; b < w.size() / bs; ++b) {
+    if (t == T::MXFP4) {
+      w[b * bs] = static_cast<uint8_t>((base + b) % 256);
+    } else {
+      const float d = std::ldexp(1.0f + byte(rng) / 256.0f, base / 16 - 8) * (byte(rng) % 2 ? -1 : 1);
+      const uint16_t h = fp32_to_fp16(d);
+      std::memcpy(&w[b * bs], &h, 2);
+    }
   }
   return w;
 }
@@ -46,11 +57,14 @@ Bytes activation(std::mt19937& rng, int64_t n, float scale) {
   return a;
 }
 
-Bytes repacked(const Bytes& w, int64_t rows, int64_t n) {
+Bytes repacked(T t, const Bytes& w, int64_t rows, int64_t n) {
   Bytes r = w;
-  repack_rows(T::MXFP4, r.data(), rows, n, row_size(T::MXFP4, n));
+  repack_rows(t, r.data(), rows, n, row_size(t, n));
   return r;
 }
+
+// File types and the layouts they repack into.
+constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_LANES}};
 
 float dot(T t, Isa isa, const uint8_t* w, const uint8_t* a, int64_t n) {
   float s;
@@ -59,79 +73,86 @@ float dot(T t, Isa isa, const uint8_t* w, const uint8_t* a, int64_t n) {
 }
 
 TEST(Repack, WhichRowsRepack) {
-  EXPECT_EQ(repacked_type(T::MXFP4, 7168), T::MXFP4_LANES);
-  EXPECT_EQ(repacked_type(T::MXFP4, 256), T::MXFP4_LANES);
-  EXPECT_EQ(repacked_type(T::MXFP4, 288), T::MXFP4);  // 9 blocks: not whole groups
-  EXPECT_EQ(repacked_type(T::Q8_0, 7168), T::Q8_0);
-  Bytes q(row_size(T::Q8_0, 256), 7);
-  repack_rows(T::Q8_0, q.data(), 1, 256, q.size());
+  for (auto [file, lanes] : kPairs) {
+    EXPECT_EQ(repacked_type(file, 7168), lanes);
+    EXPECT_EQ(repacked_type(file, 256), lanes);
+    EXPECT_EQ(repacked_type(file, 288), file);  // 9 blocks: not whole groups
+    EXPECT_EQ(row_size(lanes, 7168), row_size(file, 7168));
+  }
+  EXPECT_EQ(repacked_type(T::Q4_K, 7168), T::Q4_K);
+  Bytes q(row_size(T::Q4_K, 256), 7);
+  repack_rows(T::Q4_K, q.data(), 1, 256, q.size());
   EXPECT_EQ(q, Bytes(q.size(), 7));  // no faster layout: untouched
-  EXPECT_EQ(row_size(T::MXFP4_LANES, 7168), row_size(T::MXFP4, 7168));
 }
 
 // Never read from or written to a file: the file-type lookups do not know it.
 TEST(Repack, NotAFileType) {
-  EXPECT_EQ(type_info(static_cast<uint32_t>(T::MXFP4_LANES)), nullptr);
-  EXPECT_EQ(type_by_name("mxfp4_lanes"), nullptr);
-  ASSERT_NE(find_type(T::MXFP4_LANES), nullptr);
+  for (auto [file, lanes] : kPairs) {
+    EXPECT_EQ(type_info(static_cast<uint32_t>(lanes)), nullptr);
+    ASSERT_NE(find_type(lanes), nullptr);
+    EXPECT_EQ(type_by_name(type_name(lanes)), nullptr) << type_name(lanes);
+  }
   EXPECT_STREQ(type_name(T::MXFP4_LANES), "mxfp4_lanes");
 }
 
 TEST(Repack, SameValuesSameReferenceBits) {
   std::mt19937 rng(5);
-  for (int64_t n : {256, 768, 7168}) {
-    const int64_t rows = 3;
-    const Bytes w = mxfp4_rows(rng, rows, n, 110), l = repacked(w, rows, n);
-    const size_t rs = row_size(T::MXFP4, n);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<float> want(n), got(n);
-      kernels(T::MXFP4, Isa::Scalar).to_float(w.data() + r * rs, want.data(), n);
-      kernels(T::MXFP4_LANES, Isa::Scalar).to_float(l.data() + r * rs, got.data(), n);
-      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float))) << "n " << n << " r " << r;
-      const Bytes a = activation(rng, n, 1.0f);
-      const float f = dot(T::MXFP4, Isa::Scalar, w.data() + r * rs, a.data(), n);
-      const float g = dot(T::MXFP4_LANES, Isa::Scalar, l.data() + r * rs, a.data(), n);
-      EXPECT_EQ(0, std::memcmp(&f, &g, sizeof(float))) << "n " << n << ": " << f << " vs " << g;
+  for (auto [file, lanes] : kPairs)
+    for (int64_t n : {256, 768, 7168}) {
+      const int64_t rows = 3;
+      const Bytes w = random_rows(file, rng, rows, n, 110), l = repacked(file, w, rows, n);
+      const size_t rs = row_size(file, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> want(n), got(n);
+        kernels(file, Isa::Scalar).to_float(w.data() + r * rs, want.data(), n);
+        kernels(lanes, Isa::Scalar).to_float(l.data() + r * rs, got.data(), n);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float))) << type_name(lanes) << " n " << n;
+        const Bytes a = activation(rng, n, 1.0f);
+        const float f = dot(file, Isa::Scalar, w.data() + r * rs, a.data(), n);
+        const float g = dot(lanes, Isa::Scalar, l.data() + r * rs, a.data(), n);
+        EXPECT_EQ(0, std::memcmp(&f, &g, sizeof(float))) << type_name(lanes) << " n " << n << ": " << f << " vs " << g;
+      }
     }
-  }
 }
 
 // Tiles (partial tiles: 5 rows, 1-6 tokens) and decode rows against the scalar reference, on rows
 // that are not aligned; every exponent meets every lane (exponent = base + block index).
 TEST(Repack, TilesAndRowsGiveReferenceBits) {
   std::mt19937 rng(9);
-  for (Isa isa : simd_isas()) {
-    const GemmKernel* g = gemm_kernel(T::MXFP4_LANES, isa);
-    ASSERT_NE(g, nullptr) << isa_name(isa);
-    ASSERT_NE(g->row, nullptr) << isa_name(isa);
-    for (int base = 0; base < 256; base += 7) {
-      const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 6;
-      const size_t rs = row_size(T::MXFP4, n), ws = rs + 3, arow = row_size(T::Q8_0, n), ps = g->packed_size(n);
-      const Bytes l = repacked(mxfp4_rows(rng, rows, n, base), rows, n);
-      Bytes w(rows * ws);
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(&w[r * ws], &l[r * rs], rs);
-      Bytes a, packed(ps * toks);
-      // Exponent e scales by 2^(e - 128): an activation of 2^(100 - e) keeps the products normal.
-      const float scale = std::ldexp(1.0f, std::clamp(100 - base, -24, 15));
-      for (int64_t k = 0; k < toks; ++k) {
-        const Bytes ak = activation(rng, n, scale);
-        a.insert(a.end(), ak.begin(), ak.end());
-        g->pack(a.data() + k * arow, packed.data() + k * ps, n);
-      }
-      std::vector<float> y(rows * toks);
-      g->run(n, w.data(), ws, rows, packed.data(), ps, toks, y.data(), rows);
-      for (int64_t r = 0; r < rows; ++r)
+  for (auto [file, lanes] : kPairs)
+    for (Isa isa : simd_isas()) {
+      const GemmKernel* g = gemm_kernel(lanes, isa);
+      ASSERT_NE(g, nullptr) << isa_name(isa);
+      ASSERT_NE(g->row, nullptr) << isa_name(isa);
+      for (int base = 0; base < 256; base += 7) {
+        const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 6;
+        const size_t rs = row_size(file, n), ws = rs + 3, arow = row_size(T::Q8_0, n), ps = g->packed_size(n);
+        const Bytes l = repacked(file, random_rows(file, rng, rows, n, base), rows, n);
+        Bytes w(rows * ws);
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(&w[r * ws], &l[r * rs], rs);
+        Bytes a, packed(ps * toks);
+        // MXFP4's exponent e scales by 2^(e - 128): an activation of 2^(100 - e) keeps the products normal.
+        const float scale = file == T::MXFP4 ? std::ldexp(1.0f, std::clamp(100 - base, -24, 15)) : 1.0f;
         for (int64_t k = 0; k < toks; ++k) {
-          const float want = dot(T::MXFP4_LANES, Isa::Scalar, &w[r * ws], &a[k * arow], n);
-          float one = NAN;
-          g->row(n, &w[r * ws], packed.data() + k * ps, &one);
-          ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float)))
-              << isa_name(isa) << " row() base " << base << " r " << r << " t " << k << ": " << one << " vs " << want;
-          ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float)))
-              << isa_name(isa) << " tile base " << base << " r " << r << " t " << k;
+          const Bytes ak = activation(rng, n, scale);
+          a.insert(a.end(), ak.begin(), ak.end());
+          g->pack(a.data() + k * arow, packed.data() + k * ps, n);
         }
+        std::vector<float> y(rows * toks);
+        g->run(n, w.data(), ws, rows, packed.data(), ps, toks, y.data(), rows);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t k = 0; k < toks; ++k) {
+            const float want = dot(lanes, Isa::Scalar, &w[r * ws], &a[k * arow], n);
+            float one = NAN;
+            g->row(n, &w[r * ws], packed.data() + k * ps, &one);
+            ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float)))
+                << type_name(lanes) << " " << isa_name(isa) << " row() base " << base << " r " << r << " t " << k << ": "
+                << one << " vs " << want;
+            ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float)))
+                << type_name(lanes) << " " << isa_name(isa) << " tile base " << base << " r " << r << " t " << k;
+          }
+      }
     }
-  }
 }
 
 }  // namespace
