@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "common/error.h"
 #include "common/mmap.h"
@@ -77,30 +78,51 @@ std::unique_ptr<Model> Model::load(const std::string& path, Group* group) {
 }
 
 size_t Model::repack_weights(bool experts) {
-  std::vector<Tensor*> stacks;
+  std::vector<Tensor*> mats;
   size_t total = 0;
   for_each_tensor(hp_, [&](const TensorRef& r) {
     Tensor& t = r.def.global ? w_.*(r.def.global) : w_.layers[r.il].*(r.def.layer);
     if (!t || r.def.global == &Weights::token_embd || repacked_type(t.type, t.ne[0]) == t.type) return;
     if (!experts && r.def.transform == Transform::StackExperts) return;
-    stacks.push_back(&t);
+    mats.push_back(&t);
     total += t.bytes();
   });
-  if (stacks.empty() || repacked_) return 0;
+  if (mats.empty() || repacked_) return 0;
   repacked_ = std::make_unique<AnonymousRegion>(total, file_.files().front()->path() + ": repacked weights");
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Copied and repacked in pieces of about 8 MB on every core (a K3 trunk is tens of GB).
+  struct Piece {
+    const Tensor* t;
+    const uint8_t* src;
+    uint8_t* dst;
+    int64_t rows;
+  };
+  std::vector<Piece> pieces;
   uint8_t* out = repacked_->data();
-  for (Tensor* t : stacks) {
-    const size_t mat = static_cast<size_t>(t->ne[1]) * t->row_bytes();
-    for (int64_t e = 0; e < t->ne[2]; ++e) {
-      const uint8_t* src = t->data + e * t->mat_stride();
-      std::memcpy(out + e * mat, src, mat);
+  for (Tensor* t : mats) {
+    const size_t rb = t->row_bytes();
+    const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{8} << 20) / rb));
+    for (int64_t e = 0; e < t->ne[2]; ++e)
+      for (int64_t r = 0; r < t->ne[1]; r += step)
+        pieces.push_back({t, t->data + e * t->mat_stride() + r * rb, out + (e * t->ne[1] + r) * rb,
+                          std::min(step, t->ne[1] - r)});
+    out += t->bytes();
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  pool.chunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Piece& p = pieces[i];
+      const size_t n = static_cast<size_t>(p.rows) * p.t->row_bytes();
+      std::memcpy(p.dst, p.src, n);
+      repack_rows(p.t->type, p.dst, p.rows, p.t->ne[0], p.t->row_bytes());
       // the mapping's whole pages of it are no longer read
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
-      const uintptr_t b = (reinterpret_cast<uintptr_t>(src) + mat) / page * page;
+      const uintptr_t a = (reinterpret_cast<uintptr_t>(p.src) + page - 1) / page * page;
+      const uintptr_t b = (reinterpret_cast<uintptr_t>(p.src) + n) / page * page;
       if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
     }
-    repack_rows(t->type, out, t->ne[1] * t->ne[2], t->ne[0], t->row_bytes());
+  });
+  out = repacked_->data();
+  for (Tensor* t : mats) {
     t->type = repacked_type(t->type, t->ne[0]);
     t->data = out;
     t->nb2 = 0;
