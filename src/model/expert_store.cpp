@@ -96,6 +96,7 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
       s.offset = static_cast<uint64_t>(t.data - m.file().files()[s.file]->base());
       s.row_bytes = t.row_bytes();
       s.ne0 = t.ne[0], s.ne1 = t.ne[1], s.type = t.type;
+      s.served = o.repack ? repacked_type(t.type, t.ne[0]) : t.type;
       s.bytes = static_cast<uint64_t>(t.ne[1]) * s.row_bytes;
       s.stride = t.mat_stride();
       // an unaligned slice spans at most one extra block
@@ -217,10 +218,10 @@ void ExpertStore::load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs
 }
 
 void ExpertStore::on_read(const ReadJob& j, const std::string& err) {
-  if (err.empty() && o_.repack) {  // the slot stays as load_locked set it until its last part counts down below
+  if (err.empty()) {  // the slot stays as load_locked set it until its last part counts down below
     const Slot& sl = slots_[j.tag];
     const Segment& g = seg_[sl.key / E_][j.part];
-    repack_rows(g.type, j.dst + sl.pad[j.part], g.ne1, g.ne0, g.row_bytes);
+    if (g.served != g.type) repack_rows(g.type, j.dst + sl.pad[j.part], g.ne1, g.ne0, g.row_bytes);
   }
   std::lock_guard<std::mutex> lk(mu_);
   Slot& sl = slots_[j.tag];
@@ -381,7 +382,7 @@ ExpertMats ExpertStore::acquire(uint32_t il, int32_t e) {
   WeightView* v[3] = {&m.gate, &m.up, &m.down};
   for (int p = 0; p < 3; ++p) {
     const Segment& g = seg_[il][p];
-    *v[p] = WeightView{o_.repack ? repacked_type(g.type, g.ne0) : g.type, sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
+    *v[p] = WeightView{g.served, sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
   }
   return m;
 }

@@ -102,7 +102,8 @@ class ExpertStore : public ExpertSource {
     uint64_t stride = 0;  // file bytes from one expert to the next
     size_t row_bytes = 0;
     int64_t ne0 = 0, ne1 = 0;
-    GgmlType type = GgmlType::F32;
+    GgmlType type = GgmlType::F32;    // in the file
+    GgmlType served = GgmlType::F32;  // as acquire() hands it out: repacked after the read, or type
   };
   struct Slot {
     uint8_t* buf = nullptr;
