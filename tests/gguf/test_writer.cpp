@@ -122,6 +122,7 @@ TEST(GgufWriter, RejectsBadPlans) {
       {"duplicate tensor name 'a'"});
   expect_error([&] { gguf::Writer(p, {}, {{"a", GgmlType::F32, {1, 1, 1, 1, 1}}}); }, {"5 dims"});
   expect_error([&] { gguf::Writer(p, {}, {{"a", static_cast<GgmlType>(4), {1}}}); }, {"unknown type id 4"});
+  expect_error([&] { gguf::Writer(p, {}, {{"l", GgmlType::MXFP4_LANES, {256}}}); }, {"'l'", "mxfp4_lanes", "in memory only"});
   expect_error([&] { gguf::Writer(p, {}, {}, 48); }, {"alignment 48"});
   gguf::Metadata m;
   m.set("general.alignment", gguf::Value::i32(64));
