@@ -284,6 +284,11 @@ int cmd_bench(int argc, char** argv) {
     model_bytes += static_cast<double>(t->nbytes);
     bytes_by_type[type_name(t->type)] += static_cast<double>(t->nbytes);
   }
+  double repacked = 0;  // weights held in k3's in-memory layouts (Model::repack_weights)
+  model::for_each_tensor(m->hparams(), [&](const model::TensorRef& r) {
+    const model::Tensor& t = r.def.global ? m->weights().*(r.def.global) : m->weights().layers[r.il].*(r.def.layer);
+    if (t && t.type != t.info->type) repacked += static_cast<double>(t.bytes());
+  });
 
   const int64_t n_ctx = std::max(p, n) + 1;
   model::State st = m->new_state(n_ctx);
@@ -428,6 +433,7 @@ int cmd_bench(int argc, char** argv) {
     j["threads"] = pool.size();
     j["isa"] = isa_name(active_isa()), j["cpu_isa"] = isa_name(cpu_best_isa());
     j["prefetch"] = prefetch_setting_name(prefetch_setting());
+    j["repacked_bytes"] = repacked;
     j["p"] = p, j["n"] = n, j["reps"] = reps;
     j["pp_tokens_per_s"] = p > 0 ? json(pp.mean) : json(nullptr);
     j["pp_stddev"] = p > 0 ? json(pp.stddev) : json(nullptr);
@@ -464,9 +470,9 @@ int cmd_bench(int argc, char** argv) {
 
   std::printf("model: %s (%.1f MB;", model_path.c_str(), model_bytes / 1e6);
   for (const auto& [t, b] : bytes_by_type) std::printf(" %s %.1f MB", t.c_str(), b / 1e6);
-  std::printf("), %d threads, %d repetitions, kernels %s (CPU: %s), weight prefetch %s\n\n  %-8s %18s\n",
+  std::printf("), %d threads, %d repetitions, kernels %s (CPU: %s), weight prefetch %s, %.1f MB repacked\n\n  %-8s %18s\n",
               pool.size(), reps, isa_name(active_isa()), isa_name(cpu_best_isa()),
-              prefetch_setting_name(prefetch_setting()).c_str(), "test", "t/s");
+              prefetch_setting_name(prefetch_setting()).c_str(), repacked / 1e6, "test", "t/s");
   if (p > 0) std::printf("  pp%-6d %10.2f ± %-6.2f\n", p, pp.mean, pp.stddev);
   if (n > 0) std::printf("  tg%-6d %10.2f ± %-6.2f\n", n, tg.mean, tg.stddev);
   if (par)
