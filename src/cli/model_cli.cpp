@@ -131,7 +131,8 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
                "reading them through the file mapping; needs the whole model in memory (no streamed experts)");
   app.add_flag("--no-repack", f.no_repack,
                "keep the weights in the file's layout instead of repacking Q8_0 and MXFP4 matrices into the "
-               "kernels' faster in-memory layouts (the same results; for comparisons)");
+               "kernels' faster in-memory layouts (the same results; for comparisons); with streamed experts "
+               "nothing is repacked");
   app.add_option("--io-threads", f.io_threads, "pread threads for expert reads (without io_uring)")
       ->capture_default_str();
   app.add_flag("--no-io-uring", f.no_uring, "read experts with a pread thread pool even where io_uring works");
@@ -169,13 +170,12 @@ std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const Str
       if (dist::active()) fail("--no-mmap under mpirun: every process would copy the whole file");
       m.file().copy_to_anonymous();
     }
-    if (!f.no_repack) m.repack_weights(true);
+    if (!f.no_repack) m.repack_weights();
     return nullptr;
   }
   if (f.no_mmap)
     fail("--no-mmap keeps every weight in memory; it cannot go with streamed experts (--expert-cache, "
          "--routing-trace)");
-  if (!f.no_repack) m.repack_weights(false);
   if (f.pin < 0 || f.pin > 1) fail("--pin-hot: expected a fraction in [0, 1], got %g", f.pin);
   if (f.io_threads < 1) fail("--io-threads must be >= 1");
   model::ExpertStoreOptions o;
@@ -189,7 +189,6 @@ std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const Str
     o.budget_bytes = std::max<uint64_t>(1, model::auto_expert_budget(m, state_bytes, dist::host_processes()));
   }
   o.policy = f.policy;
-  o.repack = !f.no_repack;
   o.prefetch = !f.no_prefetch;
   o.io_threads = f.io_threads;
   o.io_uring = !f.no_uring;

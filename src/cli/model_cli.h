@@ -59,9 +59,9 @@ void add_stream_flags(CLI::App& app, StreamFlags& f);
 // --expert-cache off, or without the flag when the mapped model fits in the memory available
 // (model::auto_stream; state_bytes: the command's sequence state); streaming chosen that way is
 // announced on stderr in one line. With --no-mmap (which cannot go with streaming) the weights
-// are moved into anonymous 2 MB pages here. Unless --no-repack, the weights are repacked here
-// (Model::repack_weights), mapped experts included; streamed ones are repacked by the store after
-// each read.
+// are moved into anonymous 2 MB pages here. Unless --no-repack, the weights of a model whose
+// experts stay mapped are repacked here (Model::repack_weights); with streamed experts nothing is
+// (docs/performance.md, "Lane layouts").
 std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const StreamFlags& f, bool quiet = false,
                                                       uint64_t state_bytes = 0);
 

@@ -14,9 +14,8 @@ struct ExpertMats {
 };
 
 // Protocol per MoE layer, from one thread: request() as soon as the router has chosen, then
-// acquire()/done() per expert, then release(). The values served are exactly the file's (in the
-// layout Model::repack_weights gives the mapped stacks), so results never depend on the source,
-// its cache size or its prefetching.
+// acquire()/done() per expert, then release(). The values served are exactly the file's, so
+// results never depend on the source, its cache size or its prefetching.
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;

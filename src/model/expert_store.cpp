@@ -14,7 +14,6 @@
 #include "tensor/matvec.h"
 #include "model/ops.h"
 #include "tensor/kernels.h"
-#include "tensor/repack.h"
 
 namespace k3::model {
 
@@ -96,7 +95,6 @@ ExpertStore::ExpertStore(const Model& m, const ExpertStoreOptions& o) : m_(m), o
       s.offset = static_cast<uint64_t>(t.data - m.file().files()[s.file]->base());
       s.row_bytes = t.row_bytes();
       s.ne0 = t.ne[0], s.ne1 = t.ne[1], s.type = t.type;
-      s.served = o.repack ? repacked_type(t.type, t.ne[0]) : t.type;
       s.bytes = static_cast<uint64_t>(t.ne[1]) * s.row_bytes;
       s.stride = t.mat_stride();
       // an unaligned slice spans at most one extra block
@@ -218,11 +216,6 @@ void ExpertStore::load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs
 }
 
 void ExpertStore::on_read(const ReadJob& j, const std::string& err) {
-  if (err.empty()) {  // the slot stays as load_locked set it until its last part counts down below
-    const Slot& sl = slots_[j.tag];
-    const Segment& g = seg_[sl.key / E_][j.part];
-    if (g.served != g.type) repack_rows(g.type, j.dst + sl.pad[j.part], g.ne1, g.ne0, g.row_bytes);
-  }
   std::lock_guard<std::mutex> lk(mu_);
   Slot& sl = slots_[j.tag];
   if (!err.empty() && sl.error.empty()) {
@@ -382,7 +375,7 @@ ExpertMats ExpertStore::acquire(uint32_t il, int32_t e) {
   WeightView* v[3] = {&m.gate, &m.up, &m.down};
   for (int p = 0; p < 3; ++p) {
     const Segment& g = seg_[il][p];
-    *v[p] = WeightView{g.served, sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
+    *v[p] = WeightView{g.type, sl.buf + sl.seg_at[p] + sl.pad[p], g.ne0, g.ne1, g.row_bytes};
   }
   return m;
 }

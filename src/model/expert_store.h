@@ -3,9 +3,10 @@
 // read (expert_io.h: O_DIRECT, parallel, sorted by offset) into fixed-size slots as soon as the
 // router has chosen; the experts already resident are computed while the others arrive, and the
 // next layer's experts are prefetched from a cheap prediction (its router applied to this layer's
-// input). Eviction follows a CachePolicy (cache_policy.h). Expert bytes are the file's bytes,
-// repacked after each read as the mapped path repacks them (tensor/repack.h), so results are
-// identical to the mapped path at every cache size, with or without prefetch.
+// input). Eviction follows a CachePolicy (cache_policy.h). Expert bytes are the file's bytes, in
+// the file's layout (a repack after each read cost more than the faster rows saved:
+// docs/performance.md, "Lane layouts"), so results are identical to the mapped path at every cache
+// size, with or without prefetch.
 #pragma once
 #include <array>
 #include <chrono>
@@ -35,7 +36,6 @@ struct ExpertStoreOptions {
   std::string trace_path;               // record the routing trace here (cache_policy.h format)
   std::vector<std::string> read_paths;  // read experts from these files instead of the model's (tests)
   bool quiet = false;                   // no notices on stderr
-  bool repack = true;                   // serve the faster in-memory layouts (tensor/repack.h)
 };
 
 struct ExpertStats {
@@ -102,8 +102,7 @@ class ExpertStore : public ExpertSource {
     uint64_t stride = 0;  // file bytes from one expert to the next
     size_t row_bytes = 0;
     int64_t ne0 = 0, ne1 = 0;
-    GgmlType type = GgmlType::F32;    // in the file
-    GgmlType served = GgmlType::F32;  // as acquire() hands it out: repacked after the read, or type
+    GgmlType type = GgmlType::F32;
   };
   struct Slot {
     uint8_t* buf = nullptr;

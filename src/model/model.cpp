@@ -77,13 +77,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, Group* group) {
   return m;
 }
 
-size_t Model::repack_weights(bool experts) {
+size_t Model::repack_weights() {
   std::vector<Tensor*> mats;
   size_t total = 0;
   for_each_tensor(hp_, [&](const TensorRef& r) {
     Tensor& t = r.def.global ? w_.*(r.def.global) : w_.layers[r.il].*(r.def.layer);
     if (!t || r.def.global == &Weights::token_embd || repacked_type(t.type, t.ne[0]) == t.type) return;
-    if (!experts && r.def.transform == Transform::StackExperts) return;
     mats.push_back(&t);
     total += t.bytes();
   });

@@ -152,8 +152,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, Streaming, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // MXFP4 experts whose rows repack (tensor/repack.h): the mapped stacks repacked at load
-// (Model::repack_weights) and the streamed ones repacked after each read give the file layout's
-// bits, at one thread and two; a store cannot be made over stacks repacked in memory.
+// (Model::repack_weights) give the bits of the file's layout, at one thread and two, as the
+// streamed ones do; a store cannot be made over stacks repacked in memory.
 TEST(ExpertStore, RepackedExpertsGiveTheFileLayoutsBits) {
   model::SynthOptions o = many_experts();
   o.expert_type = GgmlType::MXFP4, o.seed = 23;
@@ -170,8 +170,8 @@ TEST(ExpertStore, RepackedExpertsGiveTheFileLayoutsBits) {
     EXPECT_GT(store.stats().misses, 0u);
   }
   const uint64_t stacks = model::expert_stack_bytes(*m);
-  EXPECT_EQ(m->repack_weights(true), stacks);
-  EXPECT_EQ(m->repack_weights(true), 0u) << "once";
+  EXPECT_EQ(m->repack_weights(), stacks);
+  EXPECT_EQ(m->repack_weights(), 0u) << "once";
   for (const model::Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) EXPECT_EQ(t->type, GgmlType::MXFP4_LANES);
   EXPECT_TRUE(same_bits(run(*m, nullptr), ref));
   EXPECT_TRUE(same_bits(run(*m, nullptr, 2), ref2));
