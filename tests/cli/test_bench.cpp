@@ -132,23 +132,36 @@ TEST(Bench, PrefetchSetting) {
 
 // Q8_0 and MXFP4 matrices 256 wide are repacked at load (Model::repack_weights): bench reports how
 // many bytes, --no-repack keeps the file's layout, and the logits are the same bits either way
-// (mapped, streamed, --no-mmap).
-TEST(Bench, RepackedBytesAndTheSameLogits) {
-  const auto p = std::filesystem::temp_directory_path() / ("k3_cli_repack_" + std::to_string(getpid()) + ".gguf");
+// (mapped, streamed, --no-mmap). On a k3 file and on one the node writer made (its MXFP4 experts).
+void check_repack(const std::string& model, double min_bytes) {
   std::string out;
-  ASSERT_EQ(run(k3_bin() + " make-tiny -q --hidden 256 --latent 256 --expert-ff 256 --q-lora 256 --kv-lora 256"
-                           " --type q8_0 --expert-type mxfp4 --out " + p.string(), &out), 0) << out;
-  const std::string bench = k3_bin() + " bench -m " + p.string() + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
+  const std::string bench = k3_bin() + " bench -m " + model + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
   ASSERT_EQ(run(bench, &out), 0) << out;
-  EXPECT_GT(json::parse(out.substr(out.find('{')))["repacked_bytes"].get<double>(), 1e6) << out;
+  EXPECT_GT(json::parse(out.substr(out.find('{')))["repacked_bytes"].get<double>(), min_bytes) << out;
   ASSERT_EQ(run(bench + " --no-repack", &out), 0) << out;
   EXPECT_EQ(json::parse(out.substr(out.find('{')))["repacked_bytes"].get<double>(), 0) << out;
-  const std::string logits = k3_bin() + " logits -m " + p.string() + " --ids 1,5,9,200,7 --mode incremental -t 2";
+  const std::string logits = k3_bin() + " logits -m " + model + " --ids 1,5,9,20,7 --mode incremental -t 2";
   std::string want, got;
   ASSERT_EQ(run(logits + " --no-repack", &want), 0) << want;
   for (const char* flags : {"", " --no-mmap", " --expert-cache 1"}) {
     ASSERT_EQ(run(logits + flags, &got), 0) << got;
-    EXPECT_EQ(got, want) << "flags:" << flags;
+    EXPECT_EQ(got, want) << model << " flags:" << flags;
   }
-  std::filesystem::remove(p);
+}
+
+TEST(Bench, RepackedBytesAndTheSameLogits) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string own = (dir / ("k3_cli_repack_" + std::to_string(getpid()) + ".gguf")).string();
+  const std::string node = (dir / ("k3_cli_repack_node_" + std::to_string(getpid()) + ".gguf")).string();
+  std::string out;
+  ASSERT_EQ(run(k3_bin() + " make-tiny -q --hidden 256 --latent 256 --expert-ff 256 --q-lora 256 --kv-lora 256"
+                           " --type q8_0 --expert-type mxfp4 --out " + own, &out), 0) << out;
+  check_repack(own, 1e6);
+  const char* src = std::getenv("K3_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "K3_SOURCE_DIR (set by ctest) locates tests/node";
+  ASSERT_EQ(run("node " + std::string(src) + "/tests/node/make_tiny_kimi_k3.mjs " + node + " --wide --experts mxfp4", &out), 0)
+      << out;
+  check_repack(node, 1e5);
+  std::filesystem::remove(own);
+  std::filesystem::remove(node);
 }
