@@ -157,10 +157,7 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
   ASSERT_EQ(run(k3_bin() + " make-tiny -q --hidden 256 --latent 256 --expert-ff 256 --q-lora 256 --kv-lora 256"
                            " --type q8_0 --expert-type mxfp4 --out " + own, &out), 0) << out;
   check_repack(own, 1e6);
-  const char* src = std::getenv("K3_SOURCE_DIR");
-  ASSERT_NE(src, nullptr) << "K3_SOURCE_DIR (set by ctest) locates tests/node";
-  ASSERT_EQ(run("node " + std::string(src) + "/tests/node/make_tiny_kimi_k3.mjs " + node + " --wide --experts mxfp4", &out), 0)
-      << out;
+  ASSERT_EQ(run("node " K3_NODE_DIR "/make_tiny_kimi_k3.mjs " + node + " --wide --experts mxfp4", &out), 0) << out;
   check_repack(node, 1e5);
   std::filesystem::remove(own);
   std::filesystem::remove(node);
