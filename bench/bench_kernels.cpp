@@ -141,6 +141,21 @@ void BM_from_float(benchmark::State& st, T t, Isa isa) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * kRow * sizeof(float)));
 }
 
+// Repacking rows in place into their lane layout (tensor/repack.h), what loading pays per byte: 64 MB
+// of rows copied from 16 quantized ones, then repacked (each pass repacks the previous pass's
+// output: the same work).
+void BM_repack(benchmark::State& st, T t) {
+  const size_t row = row_size(t, kRow);
+  const int64_t rows = static_cast<int64_t>((size_t{64} << 20) / row);
+  BigBuffer buf(row * rows);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * row, quantized(t, random_floats(kRow, 200 + r % 16)).data(), row);
+  for (auto _ : st) {
+    repack_rows(t, buf.data(), rows, kRow, row);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * row * rows));
+}
+
 // ---- memory bandwidth -------------------------------------------------------------------------
 
 constexpr size_t kProbeBytes = kMembwProbeBytes;
@@ -390,6 +405,8 @@ void register_all() {
   for (auto [name, order] : {std::pair{"one", RowOrder::One}, {"pairs", RowOrder::Pairs}, {"halves", RowOrder::Halves}})
     benchmark::RegisterBenchmark(("row_order/" + std::string(name)).c_str(), BM_row_order, order)
         ->Arg(544)->Arg(3808)->Arg(7616)->UseManualTime()->Iterations(4)->Unit(benchmark::kMillisecond);
+  for (T t : {T::Q8_0, T::MXFP4})
+    benchmark::RegisterBenchmark(("repack/" + std::string(type_name(t))).c_str(), BM_repack, t)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q4_K, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {

@@ -56,40 +56,43 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
-void MappedFile::copy_to_anonymous() const {
-  if (!data_) return;
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const long page = sysconf(_SC_PAGESIZE);
-  const size_t len = (size_ + page - 1) / page * page;
-  // A region whose start has the mapping's offset within a 2 MB page, so that moving it keeps
-  // its huge pages whole.
+namespace {
+
+constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+
+// len bytes (a multiple of the page size) of anonymous read-write memory whose start lies `offset`
+// bytes past a 2 MB boundary, advised MADV_HUGEPAGE: 2 MB pages where the kernel gives them, whole
+// ones wherever the region's 2 MB pages line up with those of the address it stands for.
+uint8_t* map_huge_aligned(size_t len, uintptr_t offset, const std::string& what) {
   void* a = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (a == MAP_FAILED) fail("%s: cannot allocate %zu bytes for the weights: %s", path_.c_str(), len, std::strerror(errno));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(a), want = reinterpret_cast<uintptr_t>(data_) % kHuge;
-  const uintptr_t b = lo + (want + kHuge - lo % kHuge) % kHuge;
+  if (a == MAP_FAILED) fail("%s: cannot allocate %zu bytes: %s", what.c_str(), len, std::strerror(errno));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(a), b = lo + (offset % kHuge + kHuge - lo % kHuge) % kHuge;
   if (b > lo) munmap(a, b - lo);
   if (lo + len + kHuge > b + len) munmap(reinterpret_cast<void*>(b + len), lo + len + kHuge - (b + len));
   madvise(reinterpret_cast<void*>(b), len, MADV_HUGEPAGE);
-  std::memcpy(reinterpret_cast<void*>(b), data_, size_);
-  mprotect(reinterpret_cast<void*>(b), len, PROT_READ);
-  if (mremap(reinterpret_cast<void*>(b), len, len, MREMAP_MAYMOVE | MREMAP_FIXED, const_cast<uint8_t*>(data_)) == MAP_FAILED) {
+  return reinterpret_cast<uint8_t*>(b);
+}
+
+}  // namespace
+
+void MappedFile::copy_to_anonymous() const {
+  if (!data_) return;
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t len = (size_ + page - 1) / page * page;
+  // at the mapping's offset within a 2 MB page, so that moving it keeps its huge pages whole
+  uint8_t* b = map_huge_aligned(len, reinterpret_cast<uintptr_t>(data_), path_ + ": the weights");
+  std::memcpy(b, data_, size_);
+  mprotect(b, len, PROT_READ);
+  if (mremap(b, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, const_cast<uint8_t*>(data_)) == MAP_FAILED) {
     const int e = errno;
-    munmap(reinterpret_cast<void*>(b), len);
+    munmap(b, len);
     fail("%s: cannot move the weights into anonymous memory: %s", path_.c_str(), std::strerror(e));
   }
 }
 
 AnonymousRegion::AnonymousRegion(size_t n, const std::string& what) : size_(n) {
-  constexpr size_t kHuge = size_t{2} << 20;
   mapped_ = (n + kHuge - 1) / kHuge * kHuge;
-  if (mapped_ == 0) return;
-  void* a = mmap(nullptr, mapped_ + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (a == MAP_FAILED) fail("%s: cannot allocate %zu bytes: %s", what.c_str(), n, std::strerror(errno));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(a), b = (lo + kHuge - 1) / kHuge * kHuge;
-  if (b > lo) munmap(a, b - lo);
-  if (lo + kHuge > b) munmap(reinterpret_cast<void*>(b + mapped_), lo + kHuge - b);
-  data_ = reinterpret_cast<uint8_t*>(b);
-  madvise(data_, mapped_, MADV_HUGEPAGE);
+  if (mapped_ > 0) data_ = map_huge_aligned(mapped_, 0, what);
 }
 
 AnonymousRegion::~AnonymousRegion() {
