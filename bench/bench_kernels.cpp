@@ -95,7 +95,7 @@ void BM_row(benchmark::State& st, T t, Isa isa) {
   g->pack(a.data(), packed.data(), n);
   float s = 0;
   for (auto _ : st) {
-    g->row(n, w.data(), packed.data(), &s);
+    g->rows(n, w.data(), 0, 1, packed.data(), &s);
     benchmark::DoNotOptimize(s);
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
@@ -390,8 +390,11 @@ void register_all() {
     for (Isa isa : isas()) {
       const std::string suffix = std::string(type_name(t)) + "/" + isa_name(isa);
       benchmark::RegisterBenchmark(("vec_dot/" + suffix).c_str(), BM_vec_dot, t, isa);
-      if (const GemmKernel* g = gemm_kernel(t, isa); g && g->row)
-        benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa)->Arg(128)->Arg(256)->Arg(1024)->Arg(kRow);
+      if (const GemmKernel* g = gemm_kernel(t, isa); g && g->rows) {
+        auto* b = benchmark::RegisterBenchmark(("row/" + suffix).c_str(), BM_row, t, isa);
+        for (const int64_t n : {int64_t{128}, int64_t{256}, int64_t{1024}, kRow})
+          if (n % type_info(t).block == 0) b->Arg(n);  // the lane layouts come in 256-element groups
+      }
       benchmark::RegisterBenchmark(("to_float/" + suffix).c_str(), BM_to_float, t, isa);
     }
   if (test::GgmlCpu::get())

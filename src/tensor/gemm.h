@@ -24,9 +24,9 @@ struct GemmKernel {
   // 0). n is a positive multiple of the weight and vec_dot_type block sizes.
   void (*run)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* packed,
               size_t p_stride, int64_t n_tok, float* y, int64_t ldy);
-  // Decode, where it beats vec_dot on the vec_dot_type row: *y = vec_dot(n, w, activation) for one
-  // weight row, the activation packed as for run. Null: decode uses vec_dot.
-  void (*row)(int64_t n, const void* w, const void* packed, float* y) = nullptr;
+  // Decode, where it beats vec_dot on the vec_dot_type row: y[r] = vec_dot(n, w + r * w_stride,
+  // activation) for r < n_rows, one token packed as for run. Null: decode uses vec_dot.
+  void (*rows)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* packed, float* y) = nullptr;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the

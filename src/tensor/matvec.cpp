@@ -24,37 +24,50 @@ constexpr size_t kMaxGroups = 64;
 // How product j's rows are computed: the ISA's decode row kernel on the packed activation where
 // it has one (same bits as vec_dot, gemm.h), else vec_dot on the activation as given.
 struct Kernel {
-  void (*row)(int64_t, const void*, const void*, float*);
+  void (*rows)(int64_t, const void*, size_t, int64_t, const void*, float*);
   void (*vec_dot)(int64_t, float*, const void*, const void*);
   const void* act;
   bool prefetches;
 };
 
-// Rows [r0, r1) of the products m[0..n), row by row (row r of each, then row r + 1), so that the n
-// streams advance together and each stays prefetched. Kernels that do not prefetch themselves get
-// the lines up to prefetch_distance() past each row's end requested before its dot: rows are about a
-// page long and the hardware prefetchers do not follow a stream across pages.
+// Weight bytes of one product a decode kernel call covers before the next product's turn.
+constexpr size_t kStepBytes = 4096;
+
+// Rows [r0, r1) of the products m[0..n), a few rows of each in turn (about kStepBytes of the widest),
+// so that the n streams advance together and each stays prefetched, while one decode kernel call
+// serves several short rows. Kernels that do not prefetch themselves get the lines up to
+// prefetch_distance() past each row's end requested before its dot: rows are about a page long and
+// the hardware prefetchers do not follow a stream across pages.
 void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   constexpr size_t kMaxStreams = 8;
   K3_ASSERT(n <= kMaxStreams);
   uintptr_t pf[kMaxStreams];
-  size_t wrow[kMaxStreams];
+  size_t wrow[kMaxStreams], widest = 1;
   const size_t ahead = prefetch_distance();
   const bool prefetch = prefetch_enabled();
   for (size_t j = 0; j < n; ++j) {
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
+    widest = std::max(widest, wrow[j]);
     pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + ahead) & ~uintptr_t{63};
   }
-  for (int64_t r = r0; r < r1; ++r)
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(kStepBytes / widest));
+  for (int64_t s = r0; s < r1; s += step) {
+    const int64_t e = std::min(r1, s + step);
     for (size_t j = 0; j < n; ++j) {
-      const uint8_t* row = static_cast<const uint8_t*>(m[j].w.data) + r * m[j].w.nb1;
-      if (!k[j].prefetches && prefetch)
-        for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end;
-             pf[j] += 64)
-          prefetch_weights(reinterpret_cast<const char*>(pf[j]));
-      if (k[j].row) k[j].row(m[j].w.ne0, row, k[j].act, m[j].y + r);
-      else k[j].vec_dot(m[j].w.ne0, m[j].y + r, row, k[j].act);
+      const auto* w = static_cast<const uint8_t*>(m[j].w.data);
+      if (k[j].rows) {
+        k[j].rows(m[j].w.ne0, w + s * m[j].w.nb1, m[j].w.nb1, e - s, k[j].act, m[j].y + s);
+        continue;
+      }
+      for (int64_t r = s; r < e; ++r) {
+        const uint8_t* row = w + r * m[j].w.nb1;
+        if (!k[j].prefetches && prefetch)
+          for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end; pf[j] += 64)
+            prefetch_weights(reinterpret_cast<const char*>(pf[j]));
+        k[j].vec_dot(m[j].w.ne0, m[j].y + r, row, k[j].act);
+      }
     }
+  }
 }
 
 // The kernels of mv[0..n), with the activations packed on the calling thread once per distinct
@@ -67,11 +80,11 @@ void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
     const QuantKernels& kw = kernels(mv[i].w.type);
     const GemmKernel* g = gemm_kernel(mv[i].w.type, isa);
     k[i] = {nullptr, kw.vec_dot, mv[i].xq, kw.dot_prefetches};
-    if (!g || !g->row) continue;
-    k[i].row = g->row;
+    if (!g || !g->rows) continue;
+    k[i].rows = g->rows;
     k[i].prefetches = true;
     for (size_t p = 0; p < i && k[i].act == mv[i].xq; ++p)
-      if (mv[p].xq == mv[i].xq && k[p].row && gemm_kernel(mv[p].w.type, isa)->pack == g->pack &&
+      if (mv[p].xq == mv[i].xq && k[p].rows && gemm_kernel(mv[p].w.type, isa)->pack == g->pack &&
           mv[p].w.ne0 == mv[i].w.ne0)
         k[i].act = k[p].act;
     if (k[i].act != mv[i].xq) continue;
