@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -78,54 +79,67 @@ std::unique_ptr<Model> Model::load(const std::string& path, Group* group) {
 }
 
 size_t Model::repack_weights() {
+  if (repacked_) return 0;
   std::vector<Tensor*> mats;
-  size_t total = 0;
   for_each_tensor(hp_, [&](const TensorRef& r) {
     Tensor& t = r.def.global ? w_.*(r.def.global) : w_.layers[r.il].*(r.def.layer);
-    if (!t || r.def.global == &Weights::token_embd || repacked_type(t.type, t.ne[0]) == t.type) return;
-    mats.push_back(&t);
-    total += t.bytes();
+    if (t && r.def.global != &Weights::token_embd && repacked_type(t.type, t.ne[0]) != t.type) mats.push_back(&t);
   });
-  if (mats.empty() || repacked_) return 0;
-  repacked_ = std::make_unique<AnonymousRegion>(total, file_.files().front()->path() + ": repacked weights");
-  // Copied and repacked in pieces of about 8 MB on every core (a K3 trunk is tens of GB).
+  // Pieces of about 8 MB of the matrices, worked on by every core (a K3 trunk is tens of GB).
   struct Piece {
-    const Tensor* t;
-    const uint8_t* src;
-    uint8_t* dst;
+    size_t m;            // mats[m]
+    const uint8_t* src;  // in the mapping
+    size_t off;          // bytes into the matrix
     int64_t rows;
   };
   std::vector<Piece> pieces;
-  uint8_t* out = repacked_->data();
-  for (Tensor* t : mats) {
+  for (size_t m = 0; m < mats.size(); ++m) {
+    const Tensor* t = mats[m];
     const size_t rb = t->row_bytes();
     const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{8} << 20) / rb));
     for (int64_t e = 0; e < t->ne[2]; ++e)
       for (int64_t r = 0; r < t->ne[1]; r += step)
-        pieces.push_back({t, t->data + e * t->mat_stride() + r * rb, out + (e * t->ne[1] + r) * rb,
+        pieces.push_back({m, t->data + e * t->mat_stride() + r * rb, static_cast<size_t>(e * t->ne[1] + r) * rb,
                           std::min(step, t->ne[1] - r)});
-    out += t->bytes();
   }
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  pool.chunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Piece& p = pieces[i];
-      const size_t n = static_cast<size_t>(p.rows) * p.t->row_bytes();
-      std::memcpy(p.dst, p.src, n);
-      repack_rows(p.t->type, p.dst, p.rows, p.t->ne[0], p.t->row_bytes());
-      // the mapping's whole pages of it are no longer read
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(p.src) + page - 1) / page * page;
-      const uintptr_t b = (reinterpret_cast<uintptr_t>(p.src) + n) / page * page;
-      if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-    }
+  auto each_piece = [&](auto&& f) {
+    pool.chunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) f(pieces[i]);
+    });
+  };
+  // Which matrices the layout can hold, all known before a piece's pages are dropped below.
+  std::vector<std::atomic<bool>> keep(mats.size());
+  for (auto& k : keep) k = true;
+  each_piece([&](const Piece& p) {
+    const Tensor* t = mats[p.m];
+    if (keep[p.m] && !repackable(t->type, p.src, p.rows, t->ne[0], t->row_bytes())) keep[p.m] = false;
   });
-  out = repacked_->data();
-  for (Tensor* t : mats) {
+  std::vector<size_t> at(mats.size());
+  size_t total = 0;
+  for (size_t m = 0; m < mats.size(); ++m)
+    if (keep[m]) at[m] = total, total += mats[m]->bytes();
+  if (total == 0) return 0;
+  repacked_ = std::make_unique<AnonymousRegion>(total, file_.files().front()->path() + ": repacked weights");
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  each_piece([&](const Piece& p) {
+    if (!keep[p.m]) return;
+    const Tensor* t = mats[p.m];
+    const size_t n = static_cast<size_t>(p.rows) * t->row_bytes();
+    uint8_t* dst = repacked_->data() + at[p.m] + p.off;
+    std::memcpy(dst, p.src, n);
+    repack_rows(t->type, dst, p.rows, t->ne[0], t->row_bytes());
+    // the mapping's whole pages of it are no longer read
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(p.src) + page - 1) / page * page;
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(p.src) + n) / page * page;
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  });
+  for (size_t m = 0; m < mats.size(); ++m) {
+    if (!keep[m]) continue;
+    Tensor* t = mats[m];
     t->type = repacked_type(t->type, t->ne[0]);
-    t->data = out;
+    t->data = repacked_->data() + at[m];
     t->nb2 = 0;
-    out += t->bytes();
   }
   repacked_->seal();
   return total;

@@ -78,9 +78,9 @@ class Model {
   // Rewrites the weight matrices this process holds into the kernels' faster layouts
   // (tensor/repack.h) in anonymous memory (2 MB pages where the kernel gives them) and lets their
   // pages of the mapping go (the page cache keeps them). Results do not change. The token
-  // embedding stays (one row is read a token). Not for a model whose experts an ExpertStore
-  // serves (it refuses repacked stacks). Call once, before any forward(); returns the bytes
-  // repacked.
+  // embedding stays (one row is read a token), and so does a matrix whose values the layout cannot
+  // hold (repackable). Not for a model whose experts an ExpertStore serves (it refuses repacked
+  // stacks). Call once, before any forward(); returns the bytes repacked.
   size_t repack_weights();
 
   // Runs every segment through every layer, updating each segment's state. Throws SegmentError

@@ -1,6 +1,7 @@
 // Byte layouts of the quantized block types (quant-formats.md §4-§8, §10). All little-endian;
 // f16 fields are raw IEEE binary16 bits.
 #pragma once
+#include <bit>
 #include <cstdint>
 
 namespace k3 {
@@ -35,10 +36,12 @@ struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]
 
 // MXFP4_LANES (types.h): 8 MXFP4 blocks b = 0..7 laid out for 256-bit kernels whose int32 lane l
 // sums block kLaneBlock[l] (the lane order of the block sums above), so that a group's block totals
-// need no horizontal sums. e[l]: the exponent of block kLaneBlock[l]. qs: 4 chunks of 32 bytes;
-// byte 4l + k of chunk j holds elements 8j + k (low nibble) and 8j + 4 + k (high nibble) of that
-// block. The same 136 bytes as the 8 blocks.
-struct block_mxfp4x8 { uint8_t e[8]; uint8_t qs[4 * 32]; };
+// need no horizontal sums. f[l]: the exponent e of block kLaneBlock[l] less one, the f32 exponent
+// field of its half scale 2^(e - 128), so the kernels widen and shift it (e >= 2: blocks with the
+// subnormal scales of e = 0, 1 are not repacked, tensor/repack.h). qs: 4 chunks of 32 bytes; byte
+// 4l + k of chunk j holds elements 8j + k (low nibble) and 8j + 4 + k (high nibble) of that block.
+// The same 136 bytes as the 8 blocks.
+struct block_mxfp4x8 { uint8_t f[8]; uint8_t qs[4 * 32]; };
 // Q8_0_LANES: 8 Q8_0 blocks for the same kernels. d[l]: the scale of block kLaneBlock[l]; qs: 8
 // chunks of 32 bytes, bytes 4l..4l+3 of chunk v holding elements 4v..4v+3 of that block.
 struct block_q8_0x8 { uint16_t d[8]; int8_t qs[8 * 32]; };
@@ -47,6 +50,10 @@ struct block_q8_0x8 { uint16_t d[8]; int8_t qs[8 * 32]; };
 inline constexpr uint8_t mxfp4x8_code(const block_mxfp4x8& x, int l, int i) {
   const uint8_t b = x.qs[32 * (i / 8) + 4 * l + i % 4];
   return i % 8 < 4 ? b & 15 : b >> 4;
+}
+// Half scale of lane l's block (e8m0_to_fp32_half of its exponent).
+inline constexpr float mxfp4x8_half_scale(const block_mxfp4x8& x, int l) {
+  return std::bit_cast<float>(static_cast<uint32_t>(x.f[l]) << 23);
 }
 inline constexpr int8_t q8_0x8_code(const block_q8_0x8& x, int l, int i) { return x.qs[32 * (i / 4) + 4 * l + i % 4]; }
 

@@ -255,7 +255,7 @@ void vec_dot_mxfp4_lanes(int64_t n, float* s, const void* vx, const void* vy) {
     const int l = kBlockLane[i % 8];
     int8_t c[QK];
     for (int j = 0; j < QK; ++j) c[j] = kvalues_mxfp4[mxfp4x8_code(g, l, j)];
-    return static_cast<float>(dot32(c, y[i].qs, QK)) * (e8m0_to_fp32_half(g.e[l]) * h2f(y[i].d));
+    return static_cast<float>(dot32(c, y[i].qs, QK)) * (mxfp4x8_half_scale(g, l) * h2f(y[i].d));
   });
 }
 

@@ -134,7 +134,7 @@ void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n) {
 void dequantize_row_mxfp4_lanes(const block_mxfp4x8* x, float* y, int64_t n) {
   for (int64_t g = 0; g < n / QK_K; ++g, y += QK_K)
     for (int l = 0; l < 8; ++l) {
-      const float d = e8m0_to_fp32_half(x[g].e[l]);
+      const float d = mxfp4x8_half_scale(x[g], l);
       for (int i = 0; i < QK; ++i) y[QK * kLaneBlock[l] + i] = kvalues_mxfp4[mxfp4x8_code(x[g], l, i)] * d;
     }
 }

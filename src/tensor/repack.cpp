@@ -22,7 +22,8 @@ block_mxfp4x8 to_lanes(const block_mxfp4* b) {
   constexpr uint32_t kLo = 0x0F0F0F0Fu;
   for (int l = 0; l < 8; ++l) {
     const block_mxfp4& x = b[kLaneBlock[l]];
-    g.e[l] = x.e;
+    K3_ASSERT(x.e >= 2);
+    g.f[l] = static_cast<uint8_t>(x.e - 1);
     for (int j = 0; j < 4; ++j) {
       const uint32_t a = load32(x.qs + 8 * (j % 2)), c = load32(x.qs + 8 * (j % 2) + 4);
       const uint32_t v = j < 2 ? (a & kLo) | (c & kLo) << 4 : (a >> 4 & kLo) | (c & ~kLo);
@@ -61,6 +62,16 @@ GgmlType repacked_type(GgmlType t, int64_t ne0) {
   if (t == GgmlType::MXFP4) return GgmlType::MXFP4_LANES;
   if (t == GgmlType::Q8_0) return GgmlType::Q8_0_LANES;
   return t;
+}
+
+bool repackable(GgmlType t, const uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
+  if (repacked_type(t, ne0) == t || t != GgmlType::MXFP4) return true;
+  for (int64_t r = 0; r < nrows; ++r) {
+    const auto* x = reinterpret_cast<const block_mxfp4*>(rows + static_cast<size_t>(r) * stride);
+    for (int64_t i = 0; i < ne0 / QK; ++i)
+      if (x[i].e < 2) return false;
+  }
+  return true;
 }
 
 void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {

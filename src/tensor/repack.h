@@ -15,8 +15,14 @@ namespace k3 {
 // blocks one group whose block sums land in the kernels' lanes without horizontal sums).
 GgmlType repacked_type(GgmlType t, int64_t ne0);
 
+// Whether the values of nrows rows of type t (ne0 elements, `stride` bytes apart) fit
+// repacked_type(t, ne0): not for MXFP4 rows with a block exponent of 0 or 1 (scales 2^-128 and
+// 2^-127, subnormal as f32; the lanes layout keeps f32 exponent fields). Real weights never have
+// them; a tensor that does keeps the file's layout.
+bool repackable(GgmlType t, const uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride);
+
 // Rewrites nrows rows of ne0 elements of type t, `stride` bytes apart, in place into
-// repacked_type(t, ne0).
+// repacked_type(t, ne0). The rows must be repackable.
 void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride);
 
 }  // namespace k3

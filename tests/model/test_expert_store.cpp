@@ -185,6 +185,35 @@ TEST(ExpertStore, RepackedExpertsGiveTheFileLayoutsBits) {
   }
 }
 
+// A stack with one block whose scale the lanes layout cannot hold (exponent 1: 2^-127, subnormal
+// as f32) keeps the file's layout; the rest of the model is repacked, and the bits do not change.
+TEST(ExpertStore, StackWithSubnormalScaleKeepsTheFileLayout) {
+  model::SynthOptions o = many_experts();
+  o.expert_type = GgmlType::MXFP4, o.seed = 29;
+  const auto path = make_model(o, "stream_mxfp4_tiny_scale");
+  uint64_t at = 0;
+  {
+    auto m = model::Model::load(path);
+    const model::Tensor& up = m->weights().layers.back().up_exps;
+    at = static_cast<uint64_t>(up.data - m->file().files()[0]->base()) + up.info->nbytes / 2 / 17 * 17;
+  }
+  const std::string tiny = temp_path("stream_mxfp4_tiny_scale_e1.gguf");
+  std::filesystem::copy_file(path, tiny, std::filesystem::copy_options::overwrite_existing);
+  {
+    std::fstream f(tiny, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(1);  // a block's exponent byte: blocks are 17 bytes from the stack's start
+  }
+  auto m = model::Model::load(tiny);
+  const std::vector<float> ref = run(*m, nullptr);
+  const model::LayerWeights& lw = m->weights().layers.back();
+  EXPECT_EQ(m->repack_weights(), model::expert_stack_bytes(*m) - lw.up_exps.bytes());
+  EXPECT_EQ(lw.up_exps.type, GgmlType::MXFP4);
+  EXPECT_EQ(lw.gate_exps.type, GgmlType::MXFP4_LANES);
+  EXPECT_EQ(lw.down_exps.type, GgmlType::MXFP4_LANES);
+  EXPECT_TRUE(same_bits(run(*m, nullptr), ref));
+}
+
 TEST(ExpertStore, ReadErrorNamesTensorAndOffsetAndStoreStaysUsable) {
   const auto path = make_model(many_experts(), "stream_err");
   auto m = model::Model::load(path);

@@ -28,8 +28,9 @@ std::vector<Isa> simd_isas() {
   return v;
 }
 
-// rows file-type rows of n elements with random codes. MXFP4: exponents base + (block index)
-// mod 256; Q8_0: scales ±2^(base / 16 - 8) with random mantissas, codes -128..127.
+// rows file-type rows of n elements with random codes. MXFP4: exponents 2 + (base + block index)
+// mod 254, every one the lanes layout holds; Q8_0: scales ±2^(base / 16 - 8) with random
+// mantissas, codes -128..127.
 Bytes random_rows(T t, std::mt19937& rng, int64_t rows, int64_t n, int base) {
   Bytes w(rows * row_size(t, n));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -37,7 +38,7 @@ Bytes random_rows(T t, std::mt19937& rng, int64_t rows, int64_t n, int base) {
   const size_t bs = type_info(t).block_bytes;
   for (size_t b = 0; b < w.size() / bs; ++b) {
     if (t == T::MXFP4) {
-      w[b * bs] = static_cast<uint8_t>((base + b) % 256);
+      w[b * bs] = static_cast<uint8_t>(2 + (base + b) % 254);
     } else {
       const float d = std::ldexp(1.0f + byte(rng) / 256.0f, base / 16 - 8) * (byte(rng) % 2 ? -1 : 1);
       const uint16_t h = fp32_to_fp16(d);
@@ -83,6 +84,26 @@ TEST(Repack, WhichRowsRepack) {
   Bytes q(row_size(T::Q4_K, 256), 7);
   repack_rows(T::Q4_K, q.data(), 1, 256, q.size());
   EXPECT_EQ(q, Bytes(q.size(), 7));  // no faster layout: untouched
+}
+
+// MXFP4 scales 2^-128 and 2^-127 (exponents 0, 1) are subnormal as f32, which the lanes layout's
+// exponent fields cannot hold: rows with one such block anywhere stay in the file's layout.
+TEST(Repack, Mxfp4SubnormalScalesAreNotRepackable) {
+  std::mt19937 rng(3);
+  const int64_t n = 512, rows = 3, blocks = rows * n / QK;
+  const size_t rs = row_size(T::MXFP4, n);
+  const Bytes w = random_rows(T::MXFP4, rng, rows, n, 0);
+  EXPECT_TRUE(repackable(T::MXFP4, w.data(), rows, n, rs));
+  for (int e : {0, 1})
+    for (int64_t b : {int64_t{0}, blocks / 2, blocks - 1}) {
+      Bytes t = w;
+      t[b * sizeof(block_mxfp4)] = static_cast<uint8_t>(e);
+      EXPECT_FALSE(repackable(T::MXFP4, t.data(), rows, n, rs)) << "exponent " << e << " in block " << b;
+      // a narrower view reads the first 256 elements of each row: the block counts where it is one of them
+      EXPECT_EQ(repackable(T::MXFP4, t.data(), rows, 256, rs), b % (n / QK) >= 256 / QK) << "block " << b;
+    }
+  Bytes q = random_rows(T::Q8_0, rng, rows, n, 100);
+  EXPECT_TRUE(repackable(T::Q8_0, q.data(), rows, n, row_size(T::Q8_0, n)));
 }
 
 // Never read from or written to a file: the file-type lookups do not know it.
