@@ -1,7 +1,7 @@
-// Weight layouts that k3 keeps in memory only: rows repacked at load (or after an expert read) so
-// that the SIMD kernels read them with fewer instructions. A repacked row holds the same values in
-// the same bytes per element, and its products give the file type's bits (the same block terms,
-// summed in the same lanes), so repacking never changes results.
+// Weight layouts that k3 keeps in memory only: rows repacked at load so that the SIMD kernels read
+// them with fewer instructions. A repacked row holds the same values in the same bytes per element,
+// and its products give the file type's bits (the same block terms, summed in the same lanes), so
+// repacking never changes results.
 #pragma once
 #include <cstddef>
 #include <cstdint>
