@@ -249,7 +249,8 @@ int cmd_bench(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--membw-mib", membw_mib,
                  "bandwidth probe buffer in MiB (0: no probe; default 1024), lowered to half of the memory left to the "
-                 "process once the model is resident (cgroup limit included)");
+                 "process once the model is resident (cgroup limit included); three passes after each repetition, "
+                 "the fastest counts");
   app.add_flag("--profile", profile, "also time one pp pass and the -n decodes by op (named intermediates)");
   app.add_flag("--json", as_json, "print one JSON object");
   cli::StreamFlags stream;
@@ -343,8 +344,10 @@ int cmd_bench(int argc, char** argv) {
   if (n > 0) run_tg(1);
   if (par) run_tg_par(1, true);
 
-  // Each tg repetition is followed by one pass of the bandwidth probe, so both see the same machine
-  // load. RSS is read before the probe buffer exists (after the first repetition: weights touched,
+  // Each tg repetition is followed by kProbePasses passes of the bandwidth probe, so both see the
+  // same machine load; the fastest pass counts. On a shared host a single pass can be preempted
+  // (seen: 2.3 GB/s between passes of 26-33 on one core), which made the fraction meaningless; a
+  // preempted repetition can only lower it. RSS is read before the probe buffer exists (after the first repetition: weights touched,
   // state and scratch at their steady size).
   std::vector<double> pp_tps, tg_tps, probe_gbps, ratios, par_batched_tps, par_separate_tps;
   std::vector<dist::RankStats> ranks;  // per process, over the timed generation passes
@@ -383,7 +386,11 @@ int cmd_bench(int argc, char** argv) {
       }
     }
     if (probe) {
-      probe_gbps.push_back(static_cast<double>(probe->size()) / read_pass(pool, *probe) / 1e9);
+      constexpr int kProbePasses = 3;
+      double fastest = 0;
+      for (int k = 0; k < kProbePasses; ++k)
+        fastest = std::max(fastest, static_cast<double>(probe->size()) / read_pass(pool, *probe) / 1e9);
+      probe_gbps.push_back(fastest);
       if (n > 0) ratios.push_back(tg_tps.back() * db.total() / 1e9 / probe_gbps.back());
     }
   }
