@@ -347,8 +347,8 @@ int cmd_bench(int argc, char** argv) {
   // Each tg repetition is followed by kProbePasses passes of the bandwidth probe, so both see the
   // same machine load; the fastest pass counts. On a shared host a single pass can be preempted
   // (seen: 2.3 GB/s between passes of 26-33 on one core), which made the fraction meaningless; a
-  // preempted repetition can only lower it. RSS is read before the probe buffer exists (after the first repetition: weights touched,
-  // state and scratch at their steady size).
+  // preempted repetition can only lower it. RSS is read before the probe buffer exists (after the
+  // first repetition: weights touched, state and scratch at their steady size).
   std::vector<double> pp_tps, tg_tps, probe_gbps, ratios, par_batched_tps, par_separate_tps;
   std::vector<dist::RankStats> ranks;  // per process, over the timed generation passes
   model::ExpertStats es_sum;  // over the timed generation passes
