@@ -66,7 +66,7 @@ DecodeBytes decode_bytes(const model::Model& m) {
   const model::HParams& hp = m.hparams();
   const model::Weights& w = m.weights();
   model::for_each_tensor(hp, [&](const model::TensorRef& r) {
-    const model::Tensor& t = r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+    const model::Tensor& t = model::bound(w, r);
     if (!t) return;
     const double bytes = static_cast<double>(t.bytes());
     if (r.def.global == &model::Weights::token_embd) b.embd_row += static_cast<double>(t.row_bytes());
@@ -107,7 +107,7 @@ double prefault(const model::Model& m, bool skip_experts) {
     for (size_t i = 0; i < n; i += 4096) sink = sink + p[i];
   };
   model::for_each_tensor(m.hparams(), [&](const model::TensorRef& r) {
-    const model::Tensor& t = r.def.global ? m.weights().*(r.def.global) : m.weights().layers[r.il].*(r.def.layer);
+    const model::Tensor& t = model::bound(m.weights(), r);
     if (!t || (skip_experts && r.def.transform == model::Transform::StackExperts)) return;
     for (int64_t e = 0; e < t.ne[2]; ++e) touch(t.data + e * t.mat_stride(), t.ne[1] * t.row_bytes());
   });
@@ -287,7 +287,7 @@ int cmd_bench(int argc, char** argv) {
   }
   double repacked = 0;  // weights held in k3's in-memory layouts (Model::repack_weights)
   model::for_each_tensor(m->hparams(), [&](const model::TensorRef& r) {
-    const model::Tensor& t = r.def.global ? m->weights().*(r.def.global) : m->weights().layers[r.il].*(r.def.layer);
+    const model::Tensor& t = model::bound(m->weights(), r);
     if (t && t.type != t.info->type) repacked += static_cast<double>(t.bytes());
   });
 

@@ -34,7 +34,7 @@ void populate_share(const HParams& hp, const Weights& w) {
   std::vector<std::pair<const uint8_t*, size_t>> ranges;
   size_t total = 0;
   for_each_tensor(hp, [&](const TensorRef& r) {
-    const Tensor& t = r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+    const Tensor& t = bound(w, r);
     if (!t) return;
     const size_t mat = static_cast<size_t>(t.ne[1]) * t.row_bytes();
     if (t.nb2)
@@ -68,7 +68,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, Group* group) {
   m->w_ = bind_weights(m->file_, m->hp_, where);
   m->layers_ = stage_layers(m->hp_.n_layer, where);
   for_each_tensor(m->hp_, [&](const TensorRef& r) {
-    const Tensor& t = r.def.global ? m->w_.*(r.def.global) : m->w_.layers[r.il].*(r.def.layer);
+    const Tensor& t = bound(m->w_, r);
     if (t) m->weight_bytes_ += t.bytes();
   });
   if (where.whole())
@@ -82,7 +82,7 @@ size_t Model::repack_weights() {
   if (repacked_) return 0;
   std::vector<Tensor*> mats;
   for_each_tensor(hp_, [&](const TensorRef& r) {
-    Tensor& t = r.def.global ? w_.*(r.def.global) : w_.layers[r.il].*(r.def.layer);
+    Tensor& t = bound(w_, r);
     if (t && r.def.global != &Weights::token_embd && repacked_type(t.type, t.ne[0]) != t.type) mats.push_back(&t);
   });
   // Pieces of about 8 MB of the matrices, worked on by every core (a K3 trunk is tens of GB).

@@ -64,6 +64,14 @@ struct TensorRef {
   Shape shape;
 };
 
+// The weights field entry r binds to.
+inline Tensor& bound(Weights& w, const TensorRef& r) {
+  return r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+}
+inline const Tensor& bound(const Weights& w, const TensorRef& r) {
+  return r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+}
+
 // Every tensor the hyperparameters need, in a fixed order (token_embd, layers 0..L-1 each
 // attention then FFN tensors, output_res_score, output_norm, output).
 void for_each_tensor(const HParams& hp, const std::function<void(const TensorRef&)>& fn);

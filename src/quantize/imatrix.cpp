@@ -144,7 +144,7 @@ void Imatrix::merge(const Imatrix& o) {
 ImatrixCollector::ImatrixCollector(const model::Model& model) {
   const model::Weights& w = model.weights();
   model::for_each_tensor(model.hparams(), [&](const model::TensorRef& r) {
-    const model::Tensor& t = r.def.global ? w.*(r.def.global) : w.layers[r.il].*(r.def.layer);
+    const model::Tensor& t = model::bound(w, r);
     if (!t || t.info->n_dims < 2) return;
     const size_t mat = static_cast<size_t>(t.ne[1]) * t.row_bytes();
     ranges_.push_back({t.data, t.data + (t.ne[2] - 1) * t.mat_stride() + mat, t.info, t.mat_stride()});

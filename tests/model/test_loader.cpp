@@ -160,7 +160,7 @@ TEST(Loader, SharesOfProcessesCoverEveryTensorOnce) {
         std::vector<std::pair<const uint8_t*, const uint8_t*>> got;  // every piece held, process order
         int stages = 0;
         for (size_t i = 0; i < w.size(); ++i) {
-          const model::Tensor& t = ref.def.global ? w[i].*(ref.def.global) : w[i].layers[ref.il].*(ref.def.layer);
+          const model::Tensor& t = model::bound(w[i], ref);
           if (!t) continue;
           if (at[i].tp_rank == 0) ++stages;
           if (ref.def.cut.kind == model::Cut::Whole) {
