@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,8 +26,10 @@
 #include "tensor/kernels.h"
 #include "tensor/repack.h"
 #include "tensor/matmul.h"
+#include "tensor/matvec.h"
 #include "tensor/membw.h"
 #include "tensor/threadpool.h"
+#include "tensor/vecmath.h"
 
 namespace k3 {
 namespace {
@@ -83,23 +87,27 @@ void BM_vec_dot(benchmark::State& st, T t, Isa isa) {
   st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(kRow) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
-// The decode row kernel (gemm.h) on the same inputs, its activation packed outside the timing.
+// The decode row kernel (gemm.h) on the same inputs, its activation packed outside the timing: one
+// call over about 4 KB of rows (one row where a row is longer), as the matvec calls it.
 void BM_row(benchmark::State& st, T t, Isa isa) {
   const int64_t n = st.range(0);  // the row length: 1024 (m64's experts), 7168 (K3's hidden size)
   const QuantKernels& k = kernels(t, isa);
   const GemmKernel* g = gemm_kernel(t, isa);
-  const std::vector<uint8_t> w = quantized(t, random_floats(n, 1));
+  const std::vector<uint8_t> w1 = quantized(t, random_floats(n, 1));
+  const int64_t nr = std::max<int64_t>(1, 4096 / static_cast<int64_t>(w1.size()));
+  std::vector<uint8_t> w(w1.size() * nr);
+  for (int64_t r = 0; r < nr; ++r) std::memcpy(w.data() + r * w1.size(), w1.data(), w1.size());
   std::vector<uint8_t> a(row_size(k.vec_dot_type, n)), packed(g->packed_size(n));
   const std::vector<float> x = random_floats(n, 2);
   kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), n);
   g->pack(a.data(), packed.data(), n);
-  float s = 0;
+  std::vector<float> s(nr);
   for (auto _ : st) {
-    g->rows(n, w.data(), 0, 1, packed.data(), &s);
-    benchmark::DoNotOptimize(s);
+    g->rows(n, w.data(), w1.size(), nr, packed.data(), s.data());
+    benchmark::DoNotOptimize(s.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
-  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n * nr) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 // llama.cpp's kernel on the same inputs (ggml CPU backend via dlopen), for comparison.
@@ -224,6 +232,22 @@ void BM_row_order(benchmark::State& st, RowOrder order) {
   st.counters["GB/s"] = static_cast<double>(rows * rb) / best / 1e9;
 }
 
+// ---- the KDA recurrence ----------------------------------------------------------------------
+
+// One token's delta-rule step over one head's state (d = 128, K3's head size: 64 KB, in L2), as
+// kda_forward calls it per head.
+void BM_delta_rule(benchmark::State& st, Isa isa) {
+  constexpr int64_t d = 128;
+  std::vector<float> S = random_floats(d * d, 21), in = random_floats(4 * d, 22), o(d);
+  for (int64_t i = 0; i < d; ++i) in[i] = std::exp(-std::fabs(in[i]) * 0.01f);  // decays in (0, 1]
+  const VecMath& vm = vecmath(isa);
+  for (auto _ : st) {
+    vm.delta_rule(S.data(), d, in.data(), in.data() + d, in.data() + 2 * d, in.data() + 3 * d, 0.5f, 0.088f, o.data());
+    benchmark::DoNotOptimize(o.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * d * d * 4);
+}
+
 // ---- matvec over weights larger than L3 -------------------------------------------------------
 
 constexpr double kMatvecBytes = 1.5e9;
@@ -285,6 +309,78 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
   st.counters["weight_GB/s_mean"] = bytes * static_cast<double>(st.iterations()) / total / 1e9;
   st.counters["membw_GB/s"] = static_cast<double>(kProbeBytes) / best_p / 1e9;
   st.counters["ratio"] = (bytes / best_w) / (static_cast<double>(kProbeBytes) / best_p);
+  st.counters["ratio_median"] = ratios[ratios.size() / 2];
+}
+
+// ---- a token's routed experts ----------------------------------------------------------------
+
+// What a decode token reads in a MoE layer: k of E stacked experts (gate and up [F rows of dl],
+// then down [dl rows of F]), picked at random each iteration, through matvec_batch as the model
+// calls it (gate and up side by side, then the downs). Many short streams start cold, unlike the
+// one long stream of matvec/ (docs/performance.md, "Expert streams"). Shapes: m64's (1024 x 1024,
+// 8 of 64) and K3's (3584 x 3072, 16 of 64 here; the stack is larger than L3 either way).
+struct ExpertShape {
+  int64_t dl, F, E, k;
+};
+
+void BM_experts(benchmark::State& st, T t, Isa isa, ExpertShape sh) {
+  const int threads = static_cast<int>(st.range(0));
+  const size_t up_bytes = row_size(t, sh.dl) * sh.F, down_bytes = row_size(t, sh.F) * sh.dl;
+  const size_t per = 2 * up_bytes + down_bytes;
+  BigBuffer buf(per * sh.E);
+  {
+    const std::vector<uint8_t> a = quantized(t, random_floats(sh.dl, 7)), b = quantized(t, random_floats(sh.F, 8));
+    for (int64_t e = 0; e < sh.E; ++e) {
+      uint8_t* x = buf.data() + e * per;
+      for (int64_t r = 0; r < 2 * sh.F; ++r) std::memcpy(x + r * a.size(), a.data(), a.size());
+      for (int64_t r = 0; r < sh.dl; ++r) std::memcpy(x + 2 * up_bytes + r * b.size(), b.data(), b.size());
+    }
+  }
+  std::vector<uint8_t> zq, hq;
+  const std::vector<float> z = random_floats(sh.dl, 5), h = random_floats(sh.F, 6);
+  std::vector<float> y(static_cast<size_t>(sh.k) * (2 * sh.F + sh.dl));
+  ThreadPool pool(threads);
+  const Isa saved = active_isa();
+  set_isa(isa);
+  const void* zp = quantize_activation(t, z.data(), sh.dl, zq);
+  const void* hp = quantize_activation(t, h.data(), sh.F, hq);
+  std::mt19937 rng(11);
+  std::vector<int64_t> ids(sh.E);
+  auto token = [&] {
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<Matvec> up, down;
+    for (int64_t j = 0; j < sh.k; ++j) {
+      uint8_t* x = buf.data() + ids[j] * per;
+      float* yj = y.data() + j * (2 * sh.F + sh.dl);
+      up.push_back({WeightView{t, x, sh.dl, sh.F, row_size(t, sh.dl)}, zp, yj});
+      up.push_back({WeightView{t, x + up_bytes, sh.dl, sh.F, row_size(t, sh.dl)}, zp, yj + sh.F});
+      down.push_back({WeightView{t, x + 2 * up_bytes, sh.F, sh.dl, row_size(t, sh.F)}, hp, yj + 2 * sh.F});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    matvec_batch(up.data(), up.size(), 2, pool);
+    matvec_batch(down.data(), down.size(), 1, pool);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  token();  // warm
+  probe_pass(pool);
+  const double bytes = static_cast<double>(per * sh.k);
+  double best_w = 1e30, best_p = 1e30;
+  std::vector<double> ratios;
+  for (auto _ : st) {
+    const double tw = token();
+    st.SetIterationTime(tw);
+    st.PauseTiming();
+    const double tp = probe_pass(pool);
+    st.ResumeTiming();
+    best_w = std::min(best_w, tw);
+    best_p = std::min(best_p, tp);
+    ratios.push_back((bytes / tw) / (static_cast<double>(kProbeBytes) / tp));
+  }
+  set_isa(saved);
+  std::sort(ratios.begin(), ratios.end());
+  st.counters["weight_GB/s"] = bytes / best_w / 1e9;
+  st.counters["membw_GB/s"] = static_cast<double>(kProbeBytes) / best_p / 1e9;
   st.counters["ratio_median"] = ratios[ratios.size() / 2];
 }
 
@@ -410,6 +506,9 @@ void register_all() {
         ->Arg(544)->Arg(3808)->Arg(7616)->UseManualTime()->Iterations(4)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q8_0, T::MXFP4})
     benchmark::RegisterBenchmark(("repack/" + std::string(type_name(t))).c_str(), BM_repack, t)->Unit(benchmark::kMillisecond);
+  for (Isa isa : isas())
+    if (isa != Isa::AvxVnni)  // vector math has no AVX-VNNI form
+      benchmark::RegisterBenchmark(("delta_rule/" + std::string(isa_name(isa))).c_str(), BM_delta_rule, isa);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q4_K, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {
@@ -417,6 +516,12 @@ void register_all() {
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
+  for (auto [name, sh] : {std::pair{"m64", ExpertShape{1024, 1024, 64, 8}}, {"k3", ExpertShape{3584, 3072, 64, 16}}})
+    for (T t : {T::MXFP4, T::MXFP4_LANES, T::Q4_K})
+      for (Isa isa : isas())
+        if (isa != Isa::Scalar)
+          benchmark::RegisterBenchmark(("experts/" + std::string(name) + "/" + type_name(t) + "/" + isa_name(isa)).c_str(), BM_experts, t, isa, sh)
+              ->Arg(1)->Arg(2)->UseManualTime()->Iterations(40)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::BF16, T::Q4_K})
     for (Isa isa : isas())
       if (isa != Isa::Scalar)

@@ -60,7 +60,6 @@ void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, con
                        float beta, float scale, float* o) {
   delta_rule_ref(S, d, eg, k, q, v, beta, scale, o);
 }
-float lane_tree16(float* a) { return tree16(a); }
 }  // namespace detail
 
 namespace {

@@ -36,7 +36,6 @@ namespace detail {
 // The scalar delta rule and its lane tree, for the SIMD forms (uneven d, final sums).
 void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
                        float beta, float scale, float* o);
-float lane_tree16(float* a);
 void vecmath_avx2(VecMath& v);    // vecmath_avx2.cpp
 void vecmath_avx512(VecMath& v);  // vecmath_avx512.cpp
 }  // namespace detail
