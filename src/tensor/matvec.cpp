@@ -33,6 +33,19 @@ struct Kernel {
 // Weight bytes of one product a decode kernel call covers before the next product's turn.
 constexpr size_t kStepBytes = 4096;
 
+// The first prefetch_distance() bytes of rows [r0, r1) of each product: the prefetches during the
+// rows run that far ahead of the reads, so without these a stream that starts cold (the next
+// expert, the next matrix) waits on its first lines. A token's experts are many short streams:
+// +4-6 % on bench_kernels experts/m64 at one thread (docs/performance.md, "Expert streams").
+void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
+  const size_t ahead = prefetch_distance();
+  for (size_t j = 0; j < n; ++j) {
+    const auto* b = static_cast<const char*>(m[j].w.data) + r0 * m[j].w.nb1;
+    const size_t len = std::min(ahead, static_cast<size_t>(r1 - r0) * m[j].w.nb1);
+    for (size_t o = 0; o < len; o += 64) prefetch_weights(b + o);
+  }
+}
+
 // Rows [r0, r1) of the products m[0..n), a few rows of each in turn (about kStepBytes of the widest),
 // so that the n streams advance together and each stays prefetched, while one decode kernel call
 // serves several short rows. Kernels that do not prefetch themselves get the lines up to
@@ -50,6 +63,7 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
     widest = std::max(widest, wrow[j]);
     pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + ahead) & ~uintptr_t{63};
   }
+  if (prefetch) prefetch_heads(m, n, r0, r1);
   const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(kStepBytes / widest));
   for (int64_t s = r0; s < r1; s += step) {
     const int64_t e = std::min(r1, s + step);

@@ -22,7 +22,7 @@ struct Matvec {
 const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::vector<uint8_t>& buf);
 
 // Runs mv[0..n) in one region. Consecutive runs of `group` (<= 8) products (equal ne1) form a group; the
-// rows of every group are cut into chunks of about 64 KB of weights (a multiple of `row_align` rows),
+// rows of every group are cut into chunks of 64-512 KB of weights (a multiple of `row_align` rows),
 // claimed dynamically, and a chunk covers the same rows [r0, r1) of each product of its group, read
 // row by row across the group. After a chunk, then(g, r0, r1) runs on the same thread (may be empty),
 // so the group's outputs for those rows can be combined there. Products under 64 KB in all run on
