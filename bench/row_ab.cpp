@@ -1,6 +1,7 @@
-// Decode-row A/B: the 32-element block decode rows (gemm_block32.inc) of two source trees compiled
-// into one binary and timed call by call, alternating in batches of 20 rows, for MXFP4 and Q8_0 at
-// 1024 and 7168 inputs. On a shared host the absolute rate of a kernel moves by 15-30 % from one
+// Decode-row A/B: the decode rows of two source trees, the 32-element block ones (gemm_block32.inc)
+// and the lane layouts' (gemm_lanes.inc, what the model runs after repacking), compiled into one
+// binary and timed call by call, alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
+// 7168 inputs. On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
@@ -22,6 +23,7 @@
 #include "tensor/blocks.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
+#include "tensor/repack.h"
 
 #define K3_STR(x) #x
 #define K3_PATH(dir, file) K3_STR(dir/tensor/file)
@@ -32,18 +34,21 @@ namespace va {
 #include K3_PATH(K3_AB_A, gemm_tiles.inc)
 #include K3_PATH(K3_AB_A, simd256_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_block32.inc)
+#include K3_PATH(K3_AB_A, gemm_lanes.inc)
 }  // namespace va
 namespace vb {
 #include K3_PATH(K3_AB_B, simd256_common.inc)
 #include K3_PATH(K3_AB_B, gemm_tiles.inc)
 #include K3_PATH(K3_AB_B, simd256_block32.inc)
 #include K3_PATH(K3_AB_B, gemm_block32.inc)
+#include K3_PATH(K3_AB_B, gemm_lanes.inc)
 }  // namespace vb
 namespace vc {  // A again: the control, what code placement alone moves
 #include K3_PATH(K3_AB_A, simd256_common.inc)
 #include K3_PATH(K3_AB_A, gemm_tiles.inc)
 #include K3_PATH(K3_AB_A, simd256_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_block32.inc)
+#include K3_PATH(K3_AB_A, gemm_lanes.inc)
 }  // namespace vc
 }  // namespace k3
 
@@ -113,10 +118,35 @@ bool run(GgmlType t, const char* type) {
   }
   return ok;
 }
+
+// The lane layouts (tensor/repack.h): the file type's row, repacked, against the packed activation.
+template <class WA, class WB, class WC>
+bool run_lanes(GgmlType file, GgmlType lanes, const char* type) {
+  bool ok = true;
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {1024, 7168}) {
+    std::vector<float> f(n), x(n);
+    for (float& v : f) v = nd(rng) * 0.05f;
+    for (float& v : x) v = nd(rng);
+    std::vector<uint8_t> w(row_size(file, n)), a(row_size(GgmlType::Q8_0, n));
+    quantize_rows(file, f.data(), w.data(), 1, n, nullptr);
+    repack_rows(file, w.data(), 1, n, row_size(lanes, n));
+    kernels(GgmlType::Q8_0, Isa::Scalar).from_float(x.data(), a.data(), n);
+    alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
+    va::lanes_pack(a.data(), pa, n);
+    vb::lanes_pack(a.data(), pb, n);
+    ok = compare<va::LanesTile<WA>, vb::LanesTile<WB>>(type, "A/B", n, w.data(), pa, pb) && ok;
+    ok = compare<va::LanesTile<WA>, vc::LanesTile<WC>>(type, "A/A'", n, w.data(), pa, pa) && ok;
+  }
+  return ok;
+}
 }  // namespace
 
 int main() {
   bool ok = run<va::Mxfp4B, vb::Mxfp4B, vc::Mxfp4B>(GgmlType::MXFP4, "mxfp4");
   ok = run<va::Q80B, vb::Q80B, vc::Q80B>(GgmlType::Q8_0, "q8_0") && ok;
+  ok = run_lanes<va::Mxfp4LanesW, vb::Mxfp4LanesW, vc::Mxfp4LanesW>(GgmlType::MXFP4, GgmlType::MXFP4_LANES, "mxfp4x8") && ok;
+  ok = run_lanes<va::Q80LanesW, vb::Q80LanesW, vc::Q80LanesW>(GgmlType::Q8_0, GgmlType::Q8_0_LANES, "q8_0x8") && ok;
   return ok ? 0 : 1;
 }
