@@ -317,8 +317,8 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
 // What a decode token reads in a MoE layer: k of E stacked experts (gate and up [F rows of dl],
 // then down [dl rows of F]), picked at random each iteration, through matvec_batch as the model
 // calls it (gate and up side by side, then the downs). Many short streams start cold, unlike the
-// one long stream of matvec/ (docs/performance.md, "Expert streams"). Shapes: m64's (1024 x 1024,
-// 8 of 64) and K3's (3584 x 3072, 16 of 64 here; the stack is larger than L3 either way).
+// one long stream of matvec/ (docs/performance.md, "Lane layouts", stop 31). Shapes: m64's (1024 x
+// 1024, 8 of 64) and K3's (3584 x 3072, 16 of 64 here; the stack is larger than L3 either way).
 struct ExpertShape {
   int64_t dl, F, E, k;
 };

@@ -36,7 +36,8 @@ constexpr size_t kStepBytes = 4096;
 // The first prefetch_distance() bytes of rows [r0, r1) of each product: the prefetches during the
 // rows run that far ahead of the reads, so without these a stream that starts cold (the next
 // expert, the next matrix) waits on its first lines. A token's experts are many short streams:
-// +4-6 % on bench_kernels experts/m64 at one thread (docs/performance.md, "Expert streams").
+// bench_kernels experts/m64 read 2.5 % faster at one thread, 9-10 % at two (docs/performance.md,
+// "Lane layouts", stop 31).
 void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
   const size_t ahead = prefetch_distance();
   for (size_t j = 0; j < n; ++j) {

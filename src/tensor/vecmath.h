@@ -33,7 +33,7 @@ const VecMath& vecmath();
 const VecMath& vecmath(Isa isa);
 
 namespace detail {
-// The scalar delta rule and its lane tree, for the SIMD forms (uneven d, final sums).
+// The scalar delta rule, for the SIMD forms' uneven d.
 void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
                        float beta, float scale, float* o);
 void vecmath_avx2(VecMath& v);    // vecmath_avx2.cpp
