@@ -272,28 +272,18 @@ const BigMatrix& big_matrix(T t) {
   return m;
 }
 
-// Each iteration times one matvec and, right after it, one pass of the bandwidth probe with the
-// same threads, so both see the same machine load (the host is shared). Reported: the weight
-// bytes rate (best pass and mean), the probe rate, and weight/probe ratios both as best/best and
-// as the median of the per-iteration pairs.
-void BM_matvec(benchmark::State& st, T t, Isa isa) {
-  const int threads = static_cast<int>(st.range(0));
-  const BigMatrix& m = big_matrix(t);
-  const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
-  const double bytes = static_cast<double>(w.nb1) * static_cast<double>(m.ne1);
-  const std::vector<float> x = random_floats(kRow, 5);
-  std::vector<float> y(m.ne1);
-  ThreadPool pool(threads);
-  const Isa saved = active_isa();
-  set_isa(isa);
-  matmul(w, x.data(), 1, y.data(), pool);  // warm
+// Each iteration times work() (its seconds) and, right after it, one pass of the bandwidth probe
+// with the same threads, so both see the same machine load (the host is shared). Reported: the
+// weight bytes rate (best pass and mean), the probe rate, and weight/probe ratios both as best/best
+// and as the median of the per-iteration pairs.
+template <class Work>
+void time_against_probe(benchmark::State& st, ThreadPool& pool, double bytes, Work&& work) {
+  work();  // warm
   probe_pass(pool);
   double total = 0.0, best_w = 1e30, best_p = 1e30;
   std::vector<double> ratios;
   for (auto _ : st) {
-    const auto t0 = std::chrono::steady_clock::now();
-    matmul(w, x.data(), 1, y.data(), pool);
-    const double tw = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tw = work();
     st.SetIterationTime(tw);
     st.PauseTiming();
     const double tp = probe_pass(pool);
@@ -303,13 +293,29 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
     best_p = std::min(best_p, tp);
     ratios.push_back((bytes / tw) / (static_cast<double>(kProbeBytes) / tp));
   }
-  set_isa(saved);
   std::sort(ratios.begin(), ratios.end());
   st.counters["weight_GB/s"] = bytes / best_w / 1e9;
   st.counters["weight_GB/s_mean"] = bytes * static_cast<double>(st.iterations()) / total / 1e9;
   st.counters["membw_GB/s"] = static_cast<double>(kProbeBytes) / best_p / 1e9;
   st.counters["ratio"] = (bytes / best_w) / (static_cast<double>(kProbeBytes) / best_p);
   st.counters["ratio_median"] = ratios[ratios.size() / 2];
+}
+
+void BM_matvec(benchmark::State& st, T t, Isa isa) {
+  const int threads = static_cast<int>(st.range(0));
+  const BigMatrix& m = big_matrix(t);
+  const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
+  const std::vector<float> x = random_floats(kRow, 5);
+  std::vector<float> y(m.ne1);
+  ThreadPool pool(threads);
+  const Isa saved = active_isa();
+  set_isa(isa);
+  time_against_probe(st, pool, static_cast<double>(w.nb1) * static_cast<double>(m.ne1), [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    matmul(w, x.data(), 1, y.data(), pool);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  set_isa(saved);
 }
 
 // ---- a token's routed experts ----------------------------------------------------------------
@@ -362,26 +368,8 @@ void BM_experts(benchmark::State& st, T t, Isa isa, ExpertShape sh) {
     matvec_batch(down.data(), down.size(), 1, pool);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  token();  // warm
-  probe_pass(pool);
-  const double bytes = static_cast<double>(per * sh.k);
-  double best_w = 1e30, best_p = 1e30;
-  std::vector<double> ratios;
-  for (auto _ : st) {
-    const double tw = token();
-    st.SetIterationTime(tw);
-    st.PauseTiming();
-    const double tp = probe_pass(pool);
-    st.ResumeTiming();
-    best_w = std::min(best_w, tw);
-    best_p = std::min(best_p, tp);
-    ratios.push_back((bytes / tw) / (static_cast<double>(kProbeBytes) / tp));
-  }
+  time_against_probe(st, pool, static_cast<double>(per * sh.k), token);
   set_isa(saved);
-  std::sort(ratios.begin(), ratios.end());
-  st.counters["weight_GB/s"] = bytes / best_w / 1e9;
-  st.counters["membw_GB/s"] = static_cast<double>(kProbeBytes) / best_p / 1e9;
-  st.counters["ratio_median"] = ratios[ratios.size() / 2];
 }
 
 // Two weight prefetch settings on the matvec above, alternated per iteration (which goes first

@@ -97,9 +97,12 @@ bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, co
   return true;
 }
 
-// WA, WB, WC: one weight type's struct in va, vb and vc.
-template <class WA, class WB, class WC>
-bool run(GgmlType t, const char* type) {
+// One weight type's rows in va, vb and vc (TA, TB, TC: its tile in each tree) against the
+// activation packed by each tree (pack_a, pack_b): the file type's row, repacked where the tiles
+// read a lane layout (tensor/repack.h).
+using PackFn = void (*)(const void*, void*, int64_t);
+template <class TA, class TB, class TC>
+bool run(GgmlType file, GgmlType stored, const char* type, PackFn pack_a, PackFn pack_b) {
   bool ok = true;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
@@ -107,46 +110,29 @@ bool run(GgmlType t, const char* type) {
     std::vector<float> f(n), x(n);
     for (float& v : f) v = nd(rng) * 0.05f;
     for (float& v : x) v = nd(rng);
-    std::vector<uint8_t> w(row_size(t, n)), a(row_size(GgmlType::Q8_0, n));
-    quantize_rows(t, f.data(), w.data(), 1, n, nullptr);
-    kernels(GgmlType::Q8_0, Isa::Scalar).from_float(x.data(), a.data(), n);
-    alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
-    va::b32_pack(a.data(), pa, n);
-    vb::b32_pack(a.data(), pb, n);
-    ok = compare<va::Block32Tile<WA>, vb::Block32Tile<WB>>(type, "A/B", n, w.data(), pa, pb) && ok;
-    ok = compare<va::Block32Tile<WA>, vc::Block32Tile<WC>>(type, "A/A'", n, w.data(), pa, pa) && ok;
-  }
-  return ok;
-}
-
-// The lane layouts (tensor/repack.h): the file type's row, repacked, against the packed activation.
-template <class WA, class WB, class WC>
-bool run_lanes(GgmlType file, GgmlType lanes, const char* type) {
-  bool ok = true;
-  std::mt19937 rng(2);
-  std::normal_distribution<float> nd;
-  for (int64_t n : {1024, 7168}) {
-    std::vector<float> f(n), x(n);
-    for (float& v : f) v = nd(rng) * 0.05f;
-    for (float& v : x) v = nd(rng);
     std::vector<uint8_t> w(row_size(file, n)), a(row_size(GgmlType::Q8_0, n));
     quantize_rows(file, f.data(), w.data(), 1, n, nullptr);
-    repack_rows(file, w.data(), 1, n, row_size(lanes, n));
+    if (stored != file) repack_rows(file, w.data(), 1, n, row_size(stored, n));
     kernels(GgmlType::Q8_0, Isa::Scalar).from_float(x.data(), a.data(), n);
     alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
-    va::lanes_pack(a.data(), pa, n);
-    vb::lanes_pack(a.data(), pb, n);
-    ok = compare<va::LanesTile<WA>, vb::LanesTile<WB>>(type, "A/B", n, w.data(), pa, pb) && ok;
-    ok = compare<va::LanesTile<WA>, vc::LanesTile<WC>>(type, "A/A'", n, w.data(), pa, pa) && ok;
+    pack_a(a.data(), pa, n);
+    pack_b(a.data(), pb, n);
+    ok = compare<TA, TB>(type, "A/B", n, w.data(), pa, pb) && ok;
+    ok = compare<TA, TC>(type, "A/A'", n, w.data(), pa, pa) && ok;
   }
   return ok;
 }
 }  // namespace
 
 int main() {
-  bool ok = run<va::Mxfp4B, vb::Mxfp4B, vc::Mxfp4B>(GgmlType::MXFP4, "mxfp4");
-  ok = run<va::Q80B, vb::Q80B, vc::Q80B>(GgmlType::Q8_0, "q8_0") && ok;
-  ok = run_lanes<va::Mxfp4LanesW, vb::Mxfp4LanesW, vc::Mxfp4LanesW>(GgmlType::MXFP4, GgmlType::MXFP4_LANES, "mxfp4x8") && ok;
-  ok = run_lanes<va::Q80LanesW, vb::Q80LanesW, vc::Q80LanesW>(GgmlType::Q8_0, GgmlType::Q8_0_LANES, "q8_0x8") && ok;
+  using T = GgmlType;
+  bool ok = run<va::Block32Tile<va::Mxfp4B>, vb::Block32Tile<vb::Mxfp4B>, vc::Block32Tile<vc::Mxfp4B>>(
+      T::MXFP4, T::MXFP4, "mxfp4", va::b32_pack, vb::b32_pack);
+  ok = run<va::Block32Tile<va::Q80B>, vb::Block32Tile<vb::Q80B>, vc::Block32Tile<vc::Q80B>>(
+           T::Q8_0, T::Q8_0, "q8_0", va::b32_pack, vb::b32_pack) && ok;
+  ok = run<va::LanesTile<va::Mxfp4LanesW>, vb::LanesTile<vb::Mxfp4LanesW>, vc::LanesTile<vc::Mxfp4LanesW>>(
+           T::MXFP4, T::MXFP4_LANES, "mxfp4x8", va::lanes_pack, vb::lanes_pack) && ok;
+  ok = run<va::LanesTile<va::Q80LanesW>, vb::LanesTile<vb::Q80LanesW>, vc::LanesTile<vc::Q80LanesW>>(
+           T::Q8_0, T::Q8_0_LANES, "q8_0x8", va::lanes_pack, vb::lanes_pack) && ok;
   return ok ? 0 : 1;
 }
