@@ -34,13 +34,8 @@ inline vf scale2(vf p, vf n) {
   return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
 }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
-// a[0] lanes 0-7, a[1] lanes 8-15: l + l+8, then l + l+4, l + l+2, 0 + 1 (vecmath.cpp tree16).
-inline float tree16(const vf* a) {
-  const vf s = _mm256_add_ps(a[0], a[1]);
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
+// 16 lanes in a[0] (0-7) and a[1] (8-15) as 8: lane l + lane l+8.
+inline __m256 fold16(const vf* a) { return _mm256_add_ps(a[0], a[1]); }
 
 #include "tensor/vecmath_simd.inc"
 

@@ -26,13 +26,9 @@ inline vf copysign(vf m, vf s) {
 inline vf rnd(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline vf scale2(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
-// a[0] lanes 0-15: l + l+8, then l + l+4, l + l+2, 0 + 1 (vecmath.cpp tree16).
-inline float tree16(const vf* a) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1));
-  const __m256 s = _mm256_add_ps(_mm512_castps512_ps256(a[0]), hi);
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+// 16 lanes in a[0] as 8: lane l + lane l+8.
+inline __m256 fold16(const vf* a) {
+  return _mm256_add_ps(_mm512_castps512_ps256(a[0]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1)));
 }
 
 #include "tensor/vecmath_simd.inc"
