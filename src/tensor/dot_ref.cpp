@@ -271,47 +271,66 @@ void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
 
 // ---- vec_dot: 256-element super-blocks with Q8_K ----------------------------------------------
 
-// Per super-block: isum = Σ_sub scale·Σ code·a, msum = Σ_sub min·bsum (integers);
-// value = (d_a·d_w)·isum − (d_a·dmin_w)·msum.
-float kq_value(float da, float dw, int32_t isum, float dmin, int32_t msum) {
-  return (da * dw) * static_cast<float>(isum) - (da * dmin) * static_cast<float>(msum);
-}
+// Each super-block is summed in 8 lanes, as the SIMD forms hold it. Lane l takes the elements e
+// with e % 32 in [4l, 4l + 4): isum_l = Σ scale·code·a over them, and msum_l = Σ min·bsum over the
+// 16-element sub-blocks 2l and 2l + 1. Codes stored with an offset o (Q3_K: 4, Q6_K: 32) count as
+// stored, and isum_l loses o·Σ scale·bsum over sub-blocks 2l and 2l + 1 (the same integer total).
+// In floats, per super-block, acc_l = fma(d_a·d_w, isum_l, fma(−d_a·dmin, msum_l, acc_l)), and
+// the dot is the lanes added as lane_sum adds them. ggml instead forms each super-block's value
+// from its totals; the lanes spare the SIMD forms a horizontal sum per super-block
+// (docs/performance.md, "K-quant sums").
+struct KqLanes {
+  float acc[8] = {};
+  int32_t isum[8], msum[8];
 
-int32_t scaled_sum(const int8_t* c, const int8_t* a, const int* scale, int sub, int nsub) {
-  int32_t isum = 0;
-  for (int j = 0; j < nsub; ++j) isum += scale[j] * dot32(c + sub * j, a + sub * j, sub);
-  return isum;
-}
+  // Zeroes the integer lanes and adds Σ scale[e / sub]·code[e]·a[e] to isum.
+  void codes(const int8_t* c, const int8_t* a, const int* scale, int sub) {
+    for (int l = 0; l < 8; ++l) isum[l] = msum[l] = 0;
+    for (int e = 0; e < QK_K; ++e) isum[(e % 32) / 4] += scale[e / sub] * c[e] * a[e];
+  }
+  // Per 16-element sub-block j: isum loses off·v[j]·bsums[j] (off > 0), or msum gains v[j]·bsums[j].
+  void per_sub(const int* v, const int16_t* bsums, int off) {
+    for (int l = 0; l < 8; ++l) {
+      const int32_t t = v[2 * l] * bsums[2 * l] + v[2 * l + 1] * bsums[2 * l + 1];
+      if (off) isum[l] -= off * t;
+      else msum[l] += t;
+    }
+  }
+  void add(float da, float dw, float dmin) {
+    for (int l = 0; l < 8; ++l)
+      acc[l] = std::fma(da * dw, static_cast<float>(isum[l]), std::fma(-(da * dmin), static_cast<float>(msum[l]), acc[l]));
+  }
+  float total() const { return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])); }
+};
 
 void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q2_K*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  float sum = 0.0f;
+  KqLanes k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int8_t c[QK_K];
     for (int e = 0; e < QK_K; ++e)
       c[e] = static_cast<int8_t>((x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
-    int sc[16];
-    int32_t msum = 0;
-    for (int b = 0; b < 16; ++b) {
-      sc[b] = x[i].scales[b] & 15;
-      msum += (x[i].scales[b] >> 4) * y[i].bsums[b];
-    }
-    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 16, 16), h2f(x[i].dmin), msum);
+    int sc[16], mn[16];
+    for (int b = 0; b < 16; ++b) sc[b] = x[i].scales[b] & 15, mn[b] = x[i].scales[b] >> 4;
+    k.codes(c, y[i].qs, sc, 16);
+    k.per_sub(mn, y[i].bsums, 0);
+    k.add(y[i].d, h2f(x[i].d), h2f(x[i].dmin));
   }
-  *s = sum;
+  *s = k.total();
 }
 
+// Codes as stored (q + 4, the high bit set meaning +0).
 void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q3_K*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  float sum = 0.0f;
+  KqLanes k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int8_t c[QK_K];
     for (int e = 0; e < QK_K; ++e) {
       const int q2 = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
       const int hbit = (x[i].hmask[e % 32] >> (e / 32)) & 1;
-      c[e] = static_cast<int8_t>(q2 + 4 * hbit - 4);
+      c[e] = static_cast<int8_t>(q2 + 4 * hbit);
     }
     int sc[16];
     for (int b = 0; b < 16; ++b) {
@@ -319,9 +338,11 @@ void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
       const int hi = (x[i].scales[8 + b % 4] >> (2 * (b / 4))) & 3;
       sc[b] = (lo | hi << 4) - 32;
     }
-    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 16, 16), 0.0f, 0);
+    k.codes(c, y[i].qs, sc, 16);
+    k.per_sub(sc, y[i].bsums, 4);
+    k.add(y[i].d, h2f(x[i].d), 0.0f);
   }
-  *s = sum;
+  *s = k.total();
 }
 
 void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
@@ -334,12 +355,12 @@ void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
   }
 }
 
-// Q4_K and Q5_K share the scale layout: 8 sub-blocks of 32, mins against pairs of bsums.
+// Q4_K and Q5_K share the scale layout: 8 sub-blocks of 32, so a min covers two bsums.
 template <bool kFive, typename Block>
 void vec_dot_q45_K(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const Block*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  float sum = 0.0f;
+  KqLanes k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int8_t c[QK_K];
     for (int p = 0; p < 4; ++p)
@@ -352,22 +373,23 @@ void vec_dot_q45_K(int64_t n, float* s, const void* vx, const void* vy) {
         c[64 * p + l] = static_cast<int8_t>(lo);
         c[64 * p + 32 + l] = static_cast<int8_t>(hi);
       }
-    int sc[8];
-    int32_t msum = 0;
+    int sc[8], mn[16];
     for (int j = 0; j < 8; ++j) {
-      int m;
-      q4k_scale_min(x[i].scales, j, sc[j], m);
-      msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+      q4k_scale_min(x[i].scales, j, sc[j], mn[2 * j]);
+      mn[2 * j + 1] = mn[2 * j];
     }
-    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 32, 8), h2f(x[i].dmin), msum);
+    k.codes(c, y[i].qs, sc, 32);
+    k.per_sub(mn, y[i].bsums, 0);
+    k.add(y[i].d, h2f(x[i].d), h2f(x[i].dmin));
   }
-  *s = sum;
+  *s = k.total();
 }
 
+// Codes as stored (q + 32).
 void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q6_K*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  float sum = 0.0f;
+  KqLanes k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int8_t c[QK_K];
     for (int e = 0; e < QK_K; ++e) {
@@ -375,19 +397,21 @@ void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
       const uint8_t lb = x[i].ql[64 * half + l + 32 * (g & 1)];
       const int low = g < 2 ? lb & 15 : lb >> 4;
       const int high = (x[i].qh[32 * half + l] >> (2 * g)) & 3;
-      c[e] = static_cast<int8_t>((low | high << 4) - 32);
+      c[e] = static_cast<int8_t>(low | high << 4);
     }
     int sc[16];
     for (int b = 0; b < 16; ++b) sc[b] = x[i].scales[b];
-    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 16, 16), 0.0f, 0);
+    k.codes(c, y[i].qs, sc, 16);
+    k.per_sub(sc, y[i].bsums, 32);
+    k.add(y[i].d, h2f(x[i].d), 0.0f);
   }
-  *s = sum;
+  *s = k.total();
 }
 
 void vec_dot_iq4_xs(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_iq4_xs*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  float sum = 0.0f;
+  KqLanes k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int8_t c[QK_K];
     int sc[8];
@@ -396,9 +420,10 @@ void vec_dot_iq4_xs(int64_t n, float* s, const void* vx, const void* vy) {
       const int ls = ((x[i].scales_l[b / 2] >> (4 * (b % 2))) & 15) | (((x[i].scales_h >> (2 * b)) & 3) << 4);
       sc[b] = ls - 32;
     }
-    sum += kq_value(y[i].d, h2f(x[i].d), scaled_sum(c, y[i].qs, sc, 32, 8), 0.0f, 0);
+    k.codes(c, y[i].qs, sc, 32);
+    k.add(y[i].d, h2f(x[i].d), 0.0f);
   }
-  *s = sum;
+  *s = k.total();
 }
 
 void dot_f16_f32_amx(int64_t n, float* s, const void* vx, const float* y) {

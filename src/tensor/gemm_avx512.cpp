@@ -133,13 +133,14 @@ struct Bf16Gemm {
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
-// Every K-quant vec_dot forms, per super-block, exact int32 partials of isum (Σ scale·Σ code·a)
-// and msum (Σ min·bsum), hands them with d_a, d_w, dmin to KqSum, which reduces the lanes exactly
-// and does the float part. Integer sums do not depend on how the lanes were split, so the tile
-// forms the same integers its own way (and the same float part, below): the weight super-block is
-// unpacked once per tile into unsigned codes and int16 scale words, and each (row, token) output
-// costs one maddubs and one dpwssd per 64 elements. Q3_K and Q6_K codes carry an offset,
-// subtracted as offset·Σ scale·bsum from isum, exactly as their vec_dot does.
+// Every K-quant vec_dot forms, per super-block, the int32 lanes of isum (Σ scale·Σ code·a) and
+// msum (Σ min·bsum) of the scalar reference (dot_ref.cpp KqLanes: lane l takes the elements e with
+// e % 32 in [4l, 4l + 4)) and hands them with d_a, d_w, dmin to KqSum for the float part. The tile
+// forms the same lanes (its 16 lanes of a 64-element chunk, the halves added) and the same float
+// part: the weight super-block is unpacked once per tile into unsigned codes and int16 scale
+// words, and each (row, token) output costs one maddubs and one dpwssd per 64 elements. Q3_K and
+// Q6_K codes carry an offset, subtracted as offset·Σ scale·bsum from isum, exactly as their
+// vec_dot does.
 
 struct KDecoded {
   __m512i u[4];   // codes of elements 64k..64k+63, unsigned, element order
