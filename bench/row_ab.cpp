@@ -1,7 +1,7 @@
 // Decode-row A/B: the decode rows of two source trees, the 32-element block ones (gemm_block32.inc)
 // and the lane layouts' (gemm_lanes.inc, what the model runs after repacking), compiled into one
 // binary and timed call by call, alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
-// 7168 inputs. On a shared host the absolute rate of a kernel moves by 15-30 % from one
+// 7168 inputs; and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
@@ -61,12 +61,14 @@ void row(int64_t n, const uint8_t* w, const uint8_t* p, float* y) {
   K::template tile<1, 1>(n, w, 0, p, 0, y, 0);
 }
 
-// Rounds of 20 rows of A, then 20 of B: the fastest batch of each and the median per-round ratio.
-template <class A, class B>
-bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, const uint8_t* pa, const uint8_t* pb) {
+// Rounds of 20 rows of A, then 20 of B (each a call f(n, w, activation, &y)): the fastest batch of
+// each and the median per-round ratio.
+template <class FA, class FB>
+bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, const uint8_t* pa, const uint8_t* pb,
+             FA&& fa, FB&& fb) {
   float ya, yb;
-  row<A>(n, w, pa, &ya);
-  row<B>(n, w, pb, &yb);
+  fa(n, w, pa, &ya);
+  fb(n, w, pb, &yb);
   if (std::memcmp(&ya, &yb, sizeof(float)) != 0) {
     std::printf("%s n=%ld: the trees give different bits (%.9g vs %.9g)\n", type, static_cast<long>(n), ya, yb);
     return false;
@@ -78,12 +80,12 @@ bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, co
   for (int round = 0; round < kRounds; ++round) {
     const uint64_t t0 = __rdtsc();
     for (int i = 0; i < kBatch; ++i) {
-      row<A>(n, w, pa, &ya);
+      fa(n, w, pa, &ya);
       sink = ya;
     }
     const uint64_t t1 = __rdtsc();
     for (int i = 0; i < kBatch; ++i) {
-      row<B>(n, w, pb, &yb);
+      fb(n, w, pb, &yb);
       sink = yb;
     }
     const uint64_t t2 = __rdtsc();
@@ -91,7 +93,7 @@ bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, co
     ratio.push_back(static_cast<double>(t1 - t0) / static_cast<double>(t2 - t1));
   }
   std::sort(ratio.begin(), ratio.end());
-  std::printf("%-6s n=%5ld %-4s %7.1f / %7.1f TSC ticks a row, ratio best %.3f, median %.3f\n", type, static_cast<long>(n), pair,
+  std::printf("%-7s n=%5ld %-4s %7.1f / %7.1f TSC ticks a row, ratio best %.3f, median %.3f\n", type, static_cast<long>(n), pair,
               static_cast<double>(best_a) / kBatch, static_cast<double>(best_b) / kBatch,
               static_cast<double>(best_a) / static_cast<double>(best_b), ratio[ratio.size() / 2]);
   return true;
@@ -117,12 +119,43 @@ bool run(GgmlType file, GgmlType stored, const char* type, PackFn pack_a, PackFn
     alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
     pack_a(a.data(), pa, n);
     pack_b(a.data(), pb, n);
-    ok = compare<TA, TB>(type, "A/B", n, w.data(), pa, pb) && ok;
-    ok = compare<TA, TC>(type, "A/A'", n, w.data(), pa, pa) && ok;
+    ok = compare(type, "A/B", n, w.data(), pa, pb, row<TA>, row<TB>) && ok;
+    ok = compare(type, "A/A'", n, w.data(), pa, pa, row<TA>, row<TC>) && ok;
+  }
+  return ok;
+}
+// One K-quant type's vec_dot in va, vb and vc (bench/row_ab_kq.cpp) against a Q8_K activation.
+using DotFn = void (*)(int64_t, float*, const void*, const void*);
+bool run_kq(GgmlType t, const char* type, DotFn da, DotFn db, DotFn dc) {
+  bool ok = true;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {2048, 7168}) {
+    std::vector<float> f(n), x(n);
+    for (float& v : f) v = nd(rng) * 0.05f;
+    for (float& v : x) v = nd(rng);
+    std::vector<uint8_t> w(row_size(t, n)), a(row_size(GgmlType::Q8_K, n));
+    quantize_rows(t, f.data(), w.data(), 1, n, nullptr);
+    kernels(GgmlType::Q8_K, Isa::Scalar).from_float(x.data(), a.data(), n);
+    auto call = [](DotFn d) { return [d](int64_t n, const uint8_t* w, const uint8_t* p, float* y) { d(n, y, w, p); }; };
+    ok = compare(type, "A/B", n, w.data(), a.data(), a.data(), call(da), call(db)) && ok;
+    ok = compare(type, "A/A'", n, w.data(), a.data(), a.data(), call(da), call(dc)) && ok;
   }
   return ok;
 }
 }  // namespace
+
+namespace k3 {
+#define K3_AB_DOTS(ns)                                          \
+  namespace ns {                                                \
+  void q4_K(int64_t n, float* s, const void* x, const void* y); \
+  void q2_K(int64_t n, float* s, const void* x, const void* y); \
+  void q6_K(int64_t n, float* s, const void* x, const void* y); \
+  }
+K3_AB_DOTS(va)
+K3_AB_DOTS(vb)
+K3_AB_DOTS(vc)
+}  // namespace k3
 
 int main() {
   using T = GgmlType;
@@ -134,5 +167,8 @@ int main() {
            T::MXFP4, T::MXFP4_LANES, "mxfp4x8", va::lanes_pack, vb::lanes_pack) && ok;
   ok = run<va::LanesTile<va::Q80LanesW>, vb::LanesTile<vb::Q80LanesW>, vc::LanesTile<vc::Q80LanesW>>(
            T::Q8_0, T::Q8_0_LANES, "q8_0x8", va::lanes_pack, vb::lanes_pack) && ok;
+  ok = run_kq(T::Q4_K, "q4_K", va::q4_K, vb::q4_K, vc::q4_K) && ok;
+  ok = run_kq(T::Q2_K, "q2_K", va::q2_K, vb::q2_K, vc::q2_K) && ok;
+  ok = run_kq(T::Q6_K, "q6_K", va::q6_K, vb::q6_K, vc::q6_K) && ok;
   return ok ? 0 : 1;
 }
