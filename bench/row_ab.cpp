@@ -99,6 +99,21 @@ bool compare(const char* type, const char* pair, int64_t n, const uint8_t* w, co
   return true;
 }
 
+// A random weight row of type t and a random activation row of type at, n values each.
+struct RowPair {
+  std::vector<uint8_t> w, a;
+};
+RowPair random_pair(std::mt19937& rng, GgmlType t, GgmlType at, int64_t n) {
+  std::normal_distribution<float> nd;
+  std::vector<float> f(n), x(n);
+  for (float& v : f) v = nd(rng) * 0.05f;
+  for (float& v : x) v = nd(rng);
+  RowPair p{std::vector<uint8_t>(row_size(t, n)), std::vector<uint8_t>(row_size(at, n))};
+  quantize_rows(t, f.data(), p.w.data(), 1, n, nullptr);
+  kernels(at, Isa::Scalar).from_float(x.data(), p.a.data(), n);
+  return p;
+}
+
 // One weight type's rows in va, vb and vc (TA, TB, TC: its tile in each tree) against the
 // activation packed by each tree (pack_a, pack_b): the file type's row, repacked where the tiles
 // read a lane layout (tensor/repack.h).
@@ -107,39 +122,28 @@ template <class TA, class TB, class TC>
 bool run(GgmlType file, GgmlType stored, const char* type, PackFn pack_a, PackFn pack_b) {
   bool ok = true;
   std::mt19937 rng(1);
-  std::normal_distribution<float> nd;
   for (int64_t n : {1024, 7168}) {
-    std::vector<float> f(n), x(n);
-    for (float& v : f) v = nd(rng) * 0.05f;
-    for (float& v : x) v = nd(rng);
-    std::vector<uint8_t> w(row_size(file, n)), a(row_size(GgmlType::Q8_0, n));
-    quantize_rows(file, f.data(), w.data(), 1, n, nullptr);
-    if (stored != file) repack_rows(file, w.data(), 1, n, row_size(stored, n));
-    kernels(GgmlType::Q8_0, Isa::Scalar).from_float(x.data(), a.data(), n);
+    RowPair r = random_pair(rng, file, GgmlType::Q8_0, n);
+    if (stored != file) repack_rows(file, r.w.data(), 1, n, row_size(stored, n));
     alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
-    pack_a(a.data(), pa, n);
-    pack_b(a.data(), pb, n);
-    ok = compare(type, "A/B", n, w.data(), pa, pb, row<TA>, row<TB>) && ok;
-    ok = compare(type, "A/A'", n, w.data(), pa, pa, row<TA>, row<TC>) && ok;
+    pack_a(r.a.data(), pa, n);
+    pack_b(r.a.data(), pb, n);
+    ok = compare(type, "A/B", n, r.w.data(), pa, pb, row<TA>, row<TB>) && ok;
+    ok = compare(type, "A/A'", n, r.w.data(), pa, pa, row<TA>, row<TC>) && ok;
   }
   return ok;
 }
+
 // One K-quant type's vec_dot in va, vb and vc (bench/row_ab_kq.cpp) against a Q8_K activation.
 using DotFn = void (*)(int64_t, float*, const void*, const void*);
 bool run_kq(GgmlType t, const char* type, DotFn da, DotFn db, DotFn dc) {
   bool ok = true;
   std::mt19937 rng(1);
-  std::normal_distribution<float> nd;
+  auto call = [](DotFn d) { return [d](int64_t n, const uint8_t* w, const uint8_t* p, float* y) { d(n, y, w, p); }; };
   for (int64_t n : {2048, 7168}) {
-    std::vector<float> f(n), x(n);
-    for (float& v : f) v = nd(rng) * 0.05f;
-    for (float& v : x) v = nd(rng);
-    std::vector<uint8_t> w(row_size(t, n)), a(row_size(GgmlType::Q8_K, n));
-    quantize_rows(t, f.data(), w.data(), 1, n, nullptr);
-    kernels(GgmlType::Q8_K, Isa::Scalar).from_float(x.data(), a.data(), n);
-    auto call = [](DotFn d) { return [d](int64_t n, const uint8_t* w, const uint8_t* p, float* y) { d(n, y, w, p); }; };
-    ok = compare(type, "A/B", n, w.data(), a.data(), a.data(), call(da), call(db)) && ok;
-    ok = compare(type, "A/A'", n, w.data(), a.data(), a.data(), call(da), call(dc)) && ok;
+    const RowPair r = random_pair(rng, t, GgmlType::Q8_K, n);
+    ok = compare(type, "A/B", n, r.w.data(), r.a.data(), r.a.data(), call(da), call(db)) && ok;
+    ok = compare(type, "A/A'", n, r.w.data(), r.a.data(), r.a.data(), call(da), call(dc)) && ok;
   }
   return ok;
 }
