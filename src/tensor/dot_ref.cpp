@@ -320,7 +320,7 @@ void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
   *s = k.total();
 }
 
-// Codes as stored (q + 4, the high bit set meaning +0).
+// Codes as stored: q + 4, the hmask bit being bit 2 of the code.
 void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q3_K*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
