@@ -131,8 +131,13 @@ void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
 // The block terms float(Σ w·a) · (d_w · d_a) of Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 are summed in 8
 // lanes: lane l takes block 8g + kLaneBlock[l] of each group g of 8 blocks (+0 for the blocks
 // a short last group lacks), and the lanes are added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
-// (l3 + l7)). It is the order of the 256-bit kernels (simd256_block32.inc), which form a group's
-// terms in one vector, so every form gives these bits; ggml adds the terms one after the other.
+// (l3 + l7)) (lanes_total: the 256-bit kernels' hsum). It is the order of the 256-bit kernels
+// (simd256_block32.inc), which form a group's terms in one vector, so every form gives these bits;
+// ggml adds the terms one after the other.
+float lanes_total(const float (&acc)[8]) {
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 template <class Term>
 float lane_sum(int64_t nb, Term&& term) {
   float acc[8] = {};
@@ -141,7 +146,7 @@ float lane_sum(int64_t nb, Term&& term) {
       const int64_t b = g + kLaneBlock[l];
       acc[l] += b < nb ? term(b) : 0.0f;
     }
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  return lanes_total(acc);
 }
 
 // Codes of a 16-byte nibble array: byte j holds element j (low) and j+16 (high).
@@ -276,7 +281,7 @@ void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
 // 16-element sub-blocks 2l and 2l + 1. Codes stored with an offset o (Q3_K: 4, Q6_K: 32) count as
 // stored, and isum_l loses o·Σ scale·bsum over sub-blocks 2l and 2l + 1 (the same integer total).
 // In floats, per super-block, acc_l = fma(d_a·d_w, isum_l, fma(−d_a·dmin, msum_l, acc_l)), and
-// the dot is the lanes added as lane_sum adds them. ggml instead forms each super-block's value
+// the dot is lanes_total(acc). ggml instead forms each super-block's value
 // from its totals; the lanes spare the SIMD forms a horizontal sum per super-block
 // (docs/performance.md, "K-quant sums").
 struct KqLanes {
@@ -300,7 +305,7 @@ struct KqLanes {
     for (int l = 0; l < 8; ++l)
       acc[l] = std::fma(da * dw, static_cast<float>(isum[l]), std::fma(-(da * dmin), static_cast<float>(msum[l]), acc[l]));
   }
-  float total() const { return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])); }
+  float total() const { return lanes_total(acc); }
 };
 
 void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
