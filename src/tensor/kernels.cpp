@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 #include "common/error.h"
 #include "tensor/kernels_impl.h"
@@ -107,15 +108,17 @@ void set_prefetch_setting(PrefetchSetting s) {
 
 std::string prefetch_setting_name(PrefetchSetting s) {
   if (s.level == PrefetchLevel::Off) return "off";
-  return std::string(s.level == PrefetchLevel::L2 ? "l2" : "l1") + ":" + std::to_string(s.bytes);
+  return std::string(s.level == PrefetchLevel::L2 ? "l2" : "l1") + ":" + std::to_string(s.bytes) + (s.q8_0 ? "+q8_0" : "");
 }
 
 PrefetchSetting parse_prefetch_setting(const char* text, const char* what) {
   PrefetchSetting s;
-  const std::string v = text;
-  if (v == "off") return {PrefetchLevel::Off, s.bytes};
+  std::string v = text;
+  if (v == "off") return {PrefetchLevel::Off, s.bytes, false};
+  constexpr std::string_view kQ8 = "+q8_0";
+  if (v.size() > kQ8.size() && v.ends_with(kQ8)) s.q8_0 = true, v.resize(v.size() - kQ8.size());
   const std::string level = v.substr(0, v.find(':'));
-  if (level != "l1" && level != "l2") fail("%s=%s: expected off, l1 or l2, optionally :BYTES", what, text);
+  if (level != "l1" && level != "l2") fail("%s=%s: expected off, l1 or l2, optionally :BYTES and +q8_0", what, text);
   s.level = level == "l2" ? PrefetchLevel::L2 : PrefetchLevel::L1;
   if (level.size() < v.size()) {
     const std::string b = v.substr(level.size() + 1);

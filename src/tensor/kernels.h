@@ -51,17 +51,22 @@ struct QuantKernels {
 // Weight prefetches: how far ahead of its reads a weight stream is requested and which cache the
 // lines go to. Far enough to cover the memory latency at a core's bandwidth, near enough that the
 // lines are still there when read (docs/performance.md, "Prefetch"; bench_kernels prefetch_ab
-// measures two settings against each other on one CPU). K3_PREFETCH=off|LEVEL[:BYTES] (l1 or l2,
-// 256-65536 bytes, a multiple of 64) overrides the default; bits never depend on it.
+// measures two settings against each other on one CPU). K3_PREFETCH=off|LEVEL[:BYTES][+q8_0] (l1 or
+// l2, 256-65536 bytes, a multiple of 64) overrides the default; bits never depend on it.
+// The Q8_0 decode rows (the repacked trunk) prefetch only with +q8_0: they do so little arithmetic
+// a byte that the hardware prefetcher keeps ahead of them, and software prefetches on top cost them
+// 18-32 % at one thread on AMD Zen 4 (docs/performance.md, "Prefetch"). Rows with more arithmetic a
+// byte (MXFP4, the K-quants, BF16), cold stream starts and the KDA state still gain from them.
 enum class PrefetchLevel : uint8_t { Off, L1, L2 };
 struct PrefetchSetting {
   PrefetchLevel level = PrefetchLevel::L2;
   uint32_t bytes = 8192;
+  bool q8_0 = false;  // the Q8_0 decode rows prefetch too
 };
 PrefetchSetting prefetch_setting();  // resolved with the CPU's levels, K3_PREFETCH applied
 void set_prefetch_setting(PrefetchSetting s);  // between parallel regions only (benchmarks)
-// "l2:8192" or "off"; parse_prefetch_setting reads that form (or a level alone) and names `what` in
-// its errors.
+// "l2:8192", "l2:8192+q8_0" or "off"; parse_prefetch_setting reads that form (or a level alone,
+// with or without +q8_0) and names `what` in its errors.
 std::string prefetch_setting_name(PrefetchSetting s);
 PrefetchSetting parse_prefetch_setting(const char* text, const char* what);
 namespace detail {
@@ -69,6 +74,7 @@ extern PrefetchSetting g_prefetch;  // set before any kernel is handed out
 }
 inline size_t prefetch_distance() { return detail::g_prefetch.bytes; }
 inline bool prefetch_enabled() { return detail::g_prefetch.level != PrefetchLevel::Off; }
+inline bool prefetch_q8_0() { return detail::g_prefetch.q8_0; }
 // One line into the level's cache. Inline asm, not _mm_prefetch: GCC 12 at -O3 silently deleted the
 // __builtin_prefetch calls of a loop in some function templates (tree DCE; every decode row lost its
 // prefetches that way), and nothing but a benchmark would notice.

@@ -106,17 +106,20 @@ TEST(Bench, ProfileAndErrors) {
 }
 
 // The weight prefetch setting: l2:8192 unless K3_PREFETCH says otherwise (a level alone keeps the
-// distance; off turns the prefetches off), bad values refused by name.
+// distance; +q8_0 adds the Q8_0 decode rows; off turns the prefetches off), bad values refused by name.
 TEST(Bench, PrefetchSetting) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
   for (auto [env, want] : {std::pair{"", "l2:8192"}, {"l1", "l1:8192"}, {"l2:4096", "l2:4096"}, {"l1:16384", "l1:16384"},
-                           {"off", "off"}}) {
+                           {"l2+q8_0", "l2:8192+q8_0"}, {"l1:4096+q8_0", "l1:4096+q8_0"}, {"off", "off"}}) {
     std::string out;
     ASSERT_EQ(run((*env ? "K3_PREFETCH=" + std::string(env) + " " : std::string()) + cmd, &out), 0) << out;
     const json j = json::parse(out.substr(out.find('{')));
     EXPECT_EQ(j["prefetch"], want) << env;
   }
-  for (auto [env, msg] : {std::pair{"l3", "K3_PREFETCH=l3: expected off, l1 or l2, optionally :BYTES"},
+  for (auto [env, msg] : {std::pair{"l3", "K3_PREFETCH=l3: expected off, l1 or l2, optionally :BYTES and +q8_0"},
+                          {"off+q8_0", "K3_PREFETCH=off+q8_0: expected off, l1 or l2"},
+                          {"l2+q4_0", "K3_PREFETCH=l2+q4_0: expected off, l1 or l2"},
+                          {"l2:4096+q8_0x", "K3_PREFETCH=l2:4096+q8_0x: the distance must be"},
                           {"l2:100", "K3_PREFETCH=l2:100: the distance must be 256-65536 bytes, a multiple of 64"},
                           {"l2:4100", "K3_PREFETCH=l2:4100: the distance must be"},
                           {"l2:", "K3_PREFETCH=l2:: the distance must be"},
