@@ -55,8 +55,9 @@ struct QuantKernels {
 // l2, 256-65536 bytes, a multiple of 64) overrides the default; bits never depend on it.
 // The Q8_0 decode rows (the repacked trunk and the file layout) prefetch only with +q8_0: they do so
 // little arithmetic a byte that the hardware prefetcher keeps ahead of them, and software prefetches
-// on top cost the repacked rows 18-32 % at one thread on AMD Zen 4 (docs/performance.md, "Prefetch"). Rows with more arithmetic a
-// byte (MXFP4, the K-quants, BF16), cold stream starts and the KDA state still gain from them.
+// on top cost the repacked rows 18-32 % at one thread on AMD Zen 4 (docs/performance.md,
+// "Prefetch"). Rows with more arithmetic a byte (MXFP4, the K-quants, BF16), cold stream starts and
+// the KDA state still gain from them.
 enum class PrefetchLevel : uint8_t { Off, L1, L2 };
 struct PrefetchSetting {
   PrefetchLevel level = PrefetchLevel::L2;
