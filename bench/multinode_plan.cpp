@@ -1,6 +1,6 @@
 // bench/multinode_plan: the table of docs/multinode.md. For the released Kimi-K3 (model.md §2) on
 // N processes, per decoded token of one sequence: the weight bytes the busiest process reads, the
-// exchanges and bytes k3 makes (dist/traffic.h, the counts tests/dist checks against real runs),
+// exchanges and bytes k3 makes (multinode/traffic.h, the counts tests/multinode checks against real runs),
 // and the time they take over common links: bytes / bandwidth + exchanges x latency, next to the
 // compute time (weight bytes / memory bandwidth).
 //
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/traffic.h"
+#include "multinode/traffic.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
 #include "tensor/types.h"
@@ -88,7 +88,7 @@ Cost cost(const model::HParams& hp, const Layout& lay, const Link& net, const Li
       const int rank = s * tp + r;
       const model::Placement p{r, tp, s, lay.pp};
       machine[rank / lay.per] += decode_bytes(hp, p, trunk, experts);
-      const dist::Traffic t = dist::decode_traffic(hp, p, rank == 0);
+      const multinode::Traffic t = multinode::decode_traffic(hp, p, rank == 0);
       const Link& g = tp_on_net ? net : shm;           // the tensor-parallel group's
       const Link& w = lay.machines > 1 ? net : shm;    // the stages' and the leader's
       const double steps = tp > 1 ? std::ceil(std::log2(tp)) : 0, wsteps = std::ceil(std::log2(n));

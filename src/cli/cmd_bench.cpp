@@ -16,7 +16,7 @@
 #include "cli/model_cli.h"
 #include "common/error.h"
 #include "common/sysmem.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "model/model.h"
 #include "model/registry.h"
 #include "model/trace.h"
@@ -115,11 +115,11 @@ double prefault(const model::Model& m, bool skip_experts) {
 }
 
 // Per-process counters of the timed generation passes.
-void add_rank_delta(std::vector<dist::RankStats>& sum, const std::vector<dist::RankStats>& now,
-                    const std::vector<dist::RankStats>& before) {
+void add_rank_delta(std::vector<multinode::RankStats>& sum, const std::vector<multinode::RankStats>& now,
+                    const std::vector<multinode::RankStats>& before) {
   sum.resize(now.size());
   for (size_t i = 0; i < now.size(); ++i) {
-    dist::RankStats& s = sum[i];
+    multinode::RankStats& s = sum[i];
     s.rank = now[i].rank, s.host = now[i].host, s.weight_bytes = now[i].weight_bytes;
     if (!s.rss_bytes) s.rss_bytes = now[i].rss_bytes, s.rss_file_bytes = now[i].rss_file_bytes;  // before the probe
     s.comm_seconds += now[i].comm_seconds - before[i].comm_seconds;
@@ -270,14 +270,14 @@ int cmd_bench(int argc, char** argv) {
   size_t probe_bytes = 0;
 
   const auto t_load = Clock::now();
-  auto m = dist::load(model_path, stages);
+  auto m = multinode::load(model_path, stages);
   const double load_s = seconds_since(t_load);
   auto store = cli::make_expert_store(*m, stream, as_json, model::state_bytes(m->hparams(), std::max(p, n) + 1));
   const double prefault_s = prefault(*m, store != nullptr);
   ThreadPool pool(cli::pick_threads(threads));
   model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
   opt.experts = store.get();
-  if (!dist::leader()) return dist::follow(*m, opt);
+  if (!multinode::leader()) return multinode::follow(*m, opt);
   const DecodeBytes db = decode_bytes(*m);
   double model_bytes = 0;
   std::map<std::string, double> bytes_by_type;
@@ -350,7 +350,7 @@ int cmd_bench(int argc, char** argv) {
   // preempted repetition can only lower it. RSS is read before the probe buffer exists (after the
   // first repetition: weights touched, state and scratch at their steady size).
   std::vector<double> pp_tps, tg_tps, probe_gbps, ratios, par_batched_tps, par_separate_tps;
-  std::vector<dist::RankStats> ranks;  // per process, over the timed generation passes
+  std::vector<multinode::RankStats> ranks;  // per process, over the timed generation passes
   model::ExpertStats es_sum;  // over the timed generation passes
   std::unique_ptr<BigBuffer> probe;
   Rss rss;
@@ -359,9 +359,9 @@ int cmd_bench(int argc, char** argv) {
     if (p > 0) pp_tps.push_back(p / run_pp());
     if (n > 0) {
       const model::ExpertStats before = store ? store->stats() : model::ExpertStats{};
-      const std::vector<dist::RankStats> r0 = dist::stats(*m);
+      const std::vector<multinode::RankStats> r0 = multinode::stats(*m);
       tg_tps.push_back(n / run_tg(n));
-      add_rank_delta(ranks, dist::stats(*m), r0);
+      add_rank_delta(ranks, multinode::stats(*m), r0);
       if (store) add_delta(es_sum, before, store->stats());
     }
     for (int k = 0; par && k < 2; ++k) {  // the order alternates between repetitions
@@ -395,7 +395,7 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   probe.reset();
-  if (ranks.empty()) ranks = dist::stats(*m);
+  if (ranks.empty()) ranks = multinode::stats(*m);
 
   json prof_pp, prof_tg, layers_pp, layers_tg;
   if (profile) {
@@ -502,8 +502,8 @@ int cmd_bench(int argc, char** argv) {
                 "cache holds the file in small folios; --no-mmap copies them into 2 MB pages; docs/performance.md, "
                 "\"Page size\")\n",
                 100.0 * rss.file_huge / rss.file);
-  if (dist::active())
-    for (const dist::RankStats& r : ranks)
+  if (multinode::active())
+    for (const multinode::RankStats& r : ranks)
       std::printf("rank %d (%s): weights %.2f MB, RSS %.1f MB (file-backed %.1f MB); per generated token %.1f "
                   "messages, %.1f KB received, %.3f ms communicating\n",
                   r.rank, r.host.c_str(), r.weight_bytes / 1e6, r.rss_bytes / 1e6, r.rss_file_bytes / 1e6,

@@ -21,7 +21,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "server/engine.h"
 #include "server/snapshot_points.h"
 #include "server/text_stream.h"
@@ -113,7 +113,7 @@ static int cmd_chat(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (dist::active()) {
+  if (multinode::active()) {
     if (!session.empty()) fail("--session: %s", cli::kNoCacheUnderMpi);
     cache_ram = "0";
   }
@@ -122,14 +122,14 @@ static int cmd_chat(int argc, char** argv) {
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   if (model_path.empty()) model_path = cli::builtin_model_path();
-  auto m = dist::load(model_path, pp);
+  auto m = multinode::load(model_path, pp);
   const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
   auto store = cli::make_expert_store(*m, stream, false, model::state_bytes(m->hparams(), ctx));
-  if (!dist::leader()) {
+  if (!multinode::leader()) {
     ThreadPool pool(cli::pick_threads(threads));
     model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
     opt.experts = store.get();
-    return dist::follow(*m, opt);
+    return multinode::follow(*m, opt);
   }
   auto tok = tok::Tokenizer::from_metadata(m->meta());
   std::unique_ptr<jinja::Template> own;

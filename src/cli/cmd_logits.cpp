@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "model/model.h"
 #include "model/trace.h"
 
@@ -39,13 +39,13 @@ static int cmd_logits(int argc, char** argv) {
     return app.exit(e);
   }
   const std::vector<int32_t> ids = cli::parse_ids(ids_str);
-  auto m = dist::load(model_path, pp);
+  auto m = multinode::load(model_path, pp);
   const int64_t ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(ids.size());
   auto store = cli::make_expert_store(*m, stream, true, model::state_bytes(m->hparams(), ctx));
   ThreadPool pool(cli::pick_threads(threads));
   model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
   opt.experts = store.get();
-  if (!dist::leader()) return dist::follow(*m, opt);
+  if (!multinode::leader()) return multinode::follow(*m, opt);
   std::unique_ptr<model::DumpTrace> trace;
   if (!dump.empty()) trace = std::make_unique<model::DumpTrace>(dump);
   opt.trace = trace.get();

@@ -7,7 +7,7 @@
 #include "cli/model_cli.h"
 #include "cli/text_cli.h"
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "quantize/perplexity.h"
 
 using namespace k3;
@@ -34,11 +34,11 @@ int cmd_perplexity(int argc, char** argv) {
     return app.exit(e);
   }
   ct.load("perplexity");
-  if (!dist::leader()) {
+  if (!multinode::leader()) {
     ThreadPool pool(ct.o.threads);
     model::RunOptions opt{&pool, model::default_f16_rule(), nullptr};
     opt.experts = ct.o.experts;
-    return dist::follow(*ct.model, opt);
+    return multinode::follow(*ct.model, opt);
   }
   const quant::PplOptions& o = ct.o;
   const model::Model& m = *ct.model;

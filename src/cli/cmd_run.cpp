@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -73,18 +73,18 @@ static int cmd_run(int argc, char** argv) {
     return app.exit(e);
   }
   if (n_predict < 0) fail("-n must be >= 0");
-  if (dist::active() && !prompt_cache.empty()) fail("--prompt-cache: %s", cli::kNoCacheUnderMpi);
+  if (multinode::active() && !prompt_cache.empty()) fail("--prompt-cache: %s", cli::kNoCacheUnderMpi);
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   const auto t_load = Clock::now();
   if (model_path.empty()) model_path = cli::builtin_model_path();
-  auto m = dist::load(model_path, pp);
+  auto m = multinode::load(model_path, pp);
   const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
   auto store = cli::make_expert_store(*m, stream, json, model::state_bytes(m->hparams(), ctx));
   ThreadPool pool(cli::pick_threads(threads));
   model::RunOptions opt{&pool, cli::parse_f16_rule(f16_rule), nullptr};
   opt.experts = store.get();
-  if (!dist::leader()) return dist::follow(*m, opt);
+  if (!multinode::leader()) return multinode::follow(*m, opt);
   std::unique_ptr<tok::Tokenizer> tok;
   try {
     tok = tok::Tokenizer::from_metadata(m->meta());
@@ -165,7 +165,7 @@ static int cmd_run(int argc, char** argv) {
 
   std::vector<int32_t> out_ids;
   std::string text, stop = "length";
-  const std::vector<dist::RankStats> ranks0 = json ? dist::stats(*m) : std::vector<dist::RankStats>{};
+  const std::vector<multinode::RankStats> ranks0 = json ? multinode::stats(*m) : std::vector<multinode::RankStats>{};
   const auto t_gen = Clock::now();
   for (int i = 0; i < n_predict; ++i) {
     const int32_t id = sampler.sample(logits.data(), m->n_vocab());
@@ -194,7 +194,7 @@ static int cmd_run(int argc, char** argv) {
     if (!json) std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
   const double gen_ms = ms_since(t_gen);
-  const std::vector<dist::RankStats> ranks1 = json ? dist::stats(*m) : std::vector<dist::RankStats>{};
+  const std::vector<multinode::RankStats> ranks1 = json ? multinode::stats(*m) : std::vector<multinode::RankStats>{};
   const double n_gen = static_cast<double>(out_ids.size());
   const double prompt_tps = prompt_ids.size() / (prompt_ms / 1000.0);
   // generation speed counts the forward passes of generated tokens (the first one came from the prompt pass)

@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "server/server.h"
 
 using namespace k3;
@@ -87,16 +87,16 @@ static int cmd_serve(int argc, char** argv) {
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");
   if (o.cache_snapshot_every < 0) fail("--cache-snapshot-every must be >= 0");
-  if (dist::active()) {
+  if (multinode::active()) {
     if (!o.cache_dir.empty() || !o.slot_save_path.empty())
       fail("%s: %s", o.cache_dir.empty() ? "--slot-save-path" : "--cache-dir", cli::kNoCacheUnderMpi);
-    if (o.cache_ram != "0" && dist::leader())
+    if (o.cache_ram != "0" && multinode::leader())
       std::fprintf(stderr, "k3 serve: the prompt cache is off under mpirun (%s)\n", cli::kNoCacheUnderMpi);
     o.cache_ram = "0";
   }
   if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
     fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
-  o.load_model = [pp](const std::string& path) { return dist::load(path, pp); };
+  o.load_model = [pp](const std::string& path) { return multinode::load(path, pp); };
   o.make_experts = [stream](model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
   };
@@ -107,14 +107,14 @@ static int cmd_serve(int argc, char** argv) {
   if (o.http.max_inflight_bytes < o.http.max_body) fail("--max-inflight-mb must be at least --max-body-mb");
   if (o.http.max_connections < 1) fail("--max-connections must be >= 1");
   if (o.http.max_connections_per_ip < 0) fail("--max-connections-per-ip must be >= 0");
-  if (!dist::leader()) {  // under mpirun: the leader serves, this process runs its passes
-    auto m = dist::load(o.model_path, pp);
+  if (!multinode::leader()) {  // under mpirun: the leader serves, this process runs its passes
+    auto m = multinode::load(o.model_path, pp);
     const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(m->hparams().n_ctx_train, 4096);
     auto store = cli::make_expert_store(*m, stream, false, o.parallel * model::state_bytes(m->hparams(), n_ctx));
     ThreadPool pool(cli::pick_threads(o.threads));
     model::RunOptions opt{&pool, cli::parse_f16_rule(o.f16_rule), nullptr};
     opt.experts = store.get();
-    return dist::follow(*m, opt);
+    return multinode::follow(*m, opt);
   }
   // Every connection is a descriptor: use the hard limit, and keep the connection limit under it.
   rlimit nofile{};

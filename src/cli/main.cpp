@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 
 namespace k3::cli {
 std::vector<Command>& registry() {
@@ -22,7 +22,7 @@ static void usage() {
   for (const auto& c : cmds) std::printf("  %-12s %s\n", c.name, c.summary);
 }
 
-// The commands that run under mpirun as one model across the processes (dist/dist.h).
+// The commands that run under mpirun as one model across the processes (multinode/multinode.h).
 static bool runs_distributed(const char* name) {
   for (const char* c : {"run", "logits", "bench", "perplexity", "serve", "chat"})
     if (!std::strcmp(c, name)) return true;
@@ -30,17 +30,17 @@ static bool runs_distributed(const char* name) {
 }
 
 int main(int argc, char** argv) {
-  k3::dist::init(argc, argv);
+  k3::multinode::init(argc, argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    if (k3::dist::leader()) usage();
-    return k3::dist::finish(argc < 2 ? 1 : 0, "", "");
+    if (k3::multinode::leader()) usage();
+    return k3::multinode::finish(argc < 2 ? 1 : 0, "", "");
   }
   for (const auto& c : k3::cli::registry()) {
     if (std::strcmp(c.name, argv[1]) != 0) continue;
     int status = 1;
     std::string error;
     try {
-      if (k3::dist::active() && !runs_distributed(c.name))
+      if (k3::multinode::active() && !runs_distributed(c.name))
         k3::fail("k3 %s runs as one process: start it without mpirun (under mpirun: run, logits, bench, perplexity, "
                  "serve, chat)",
                  c.name);
@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    return k3::dist::finish(status, c.name, error);
+    return k3::multinode::finish(status, c.name, error);
   }
-  if (k3::dist::leader()) std::fprintf(stderr, "k3: unknown command '%s' (see k3 --help)\n", argv[1]);
-  return k3::dist::finish(2, "", "");
+  if (k3::multinode::leader()) std::fprintf(stderr, "k3: unknown command '%s' (see k3 --help)\n", argv[1]);
+  return k3::multinode::finish(2, "", "");
 }

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "model/synthetic.h"
 #include "tensor/threadpool.h"
 
@@ -51,8 +51,8 @@ std::string builtin_model_path() {
   else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/k3";
   else fail("cannot find a cache directory for the built-in model (set XDG_CACHE_HOME or HOME, or pass -m)");
   const std::string path = dir + "/synthetic-tiny-v1.gguf";
-  if (!dist::leader()) {
-    dist::sync();  // the leader writes it
+  if (!multinode::leader()) {
+    multinode::sync();  // the leader writes it
     return path;
   }
   std::fprintf(stderr,
@@ -68,7 +68,7 @@ std::string builtin_model_path() {
     o.name = "k3-builtin-tiny";
     model::write_synthetic(path, o);
   }
-  dist::sync();
+  multinode::sync();
   return path;
 }
 
@@ -95,10 +95,10 @@ void add_pp_flag(CLI::App& app, int& pp) {
       ->capture_default_str();
 }
 
-nlohmann::json ranks_json(const std::vector<dist::RankStats>& now, const std::vector<dist::RankStats>& before) {
+nlohmann::json ranks_json(const std::vector<multinode::RankStats>& now, const std::vector<multinode::RankStats>& before) {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < now.size(); ++i) {
-    dist::RankStats r = now[i];
+    multinode::RankStats r = now[i];
     if (i < before.size()) {
       r.comm_seconds -= before[i].comm_seconds;
       r.messages -= before[i].messages, r.bytes -= before[i].bytes, r.tokens -= before[i].tokens;
@@ -151,13 +151,13 @@ std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const Str
     stream = false;
   } else if (!stream) {
     // what this process maps, in its share of the machine's memory (several processes on it)
-    const uint64_t mapped = m.weight_bytes(), avail = available_memory() / dist::host_processes();
+    const uint64_t mapped = m.weight_bytes(), avail = available_memory() / multinode::host_processes();
     stream = model::auto_stream(mapped, model::expert_stack_bytes(m), state_bytes, avail);
     if (stream && f.no_mmap)
       fail("--no-mmap: the model (%.2f GB) does not fit in the memory available to this process (%.2f GB, cgroup "
            "limit included); without --no-mmap its routed experts are streamed",
            mapped / 1e9, avail / 1e9);
-    if (stream && dist::leader())
+    if (stream && multinode::leader())
       std::fprintf(stderr,
                    "k3: the model (%.2f GB) does not fit in the memory available to this process (%.2f GB, cgroup "
                    "limit included): streaming routed experts (--expert-cache auto; --expert-cache off maps them)\n",
@@ -167,7 +167,7 @@ std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const Str
     if (!f.warmup.empty() || f.pin > 0) fail("--warmup and --pin-hot need --expert-cache");
     if (f.no_mmap) {
       // each process maps the whole file and reads only its share
-      if (dist::active()) fail("--no-mmap under mpirun: every process would copy the whole file");
+      if (multinode::active()) fail("--no-mmap under mpirun: every process would copy the whole file");
       m.file().copy_to_anonymous();
     }
     if (!f.no_repack) m.repack_weights();
@@ -186,14 +186,14 @@ std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const Str
       fail("--expert-cache: %s", e.what());
     }
   } else {
-    o.budget_bytes = std::max<uint64_t>(1, model::auto_expert_budget(m, state_bytes, dist::host_processes()));
+    o.budget_bytes = std::max<uint64_t>(1, model::auto_expert_budget(m, state_bytes, multinode::host_processes()));
   }
   o.policy = f.policy;
   o.prefetch = !f.no_prefetch;
   o.io_threads = f.io_threads;
   o.io_uring = !f.no_uring;
   o.trace_path = f.trace;
-  o.quiet = quiet || !dist::leader();
+  o.quiet = quiet || !multinode::leader();
   auto store = std::make_unique<model::ExpertStore>(m, o);
   const model::ExpertStats s = store->stats();
   if (!o.quiet)

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "model/expert_store.h"
 #include "model/ops.h"
 #include "vision/encoder.h"
@@ -35,8 +35,8 @@ inline constexpr const char* kNoCacheUnderMpi =
     "the prompt cache is not supported under mpirun yet (each process holds only its share of a sequence's state)";
 // The "ranks" array of --json: per process {"rank","host","weight_bytes","rss_bytes","comm_seconds",
 // "messages_per_token", ...} (one entry without mpirun); the counters over the span since `before`
-// (dist::stats, which every process must call: the leader asks the others).
-nlohmann::json ranks_json(const std::vector<dist::RankStats>& now, const std::vector<dist::RankStats>& before);
+// (multinode::stats, which every process must call: the leader asks the others).
+nlohmann::json ranks_json(const std::vector<multinode::RankStats>& now, const std::vector<multinode::RankStats>& before);
 
 // The prompt text with the image prompts of vision.md §7 in place: one per
 // <|kimi_image_placeholder|> of `text` in order (their count must match), else all in front.

@@ -5,7 +5,7 @@
 #include <iterator>
 
 #include "common/error.h"
-#include "dist/dist.h"
+#include "multinode/multinode.h"
 #include "tensor/threadpool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,12 +25,12 @@ void ChunkedText::add_options(CLI::App& app, const char* text_help, const char* 
 
 void ChunkedText::load(const char* what) {
   o.threads = threads > 0 ? threads : ThreadPool::hardware_threads();
-  model = dist::load(model_path, pp);
+  model = multinode::load(model_path, pp);
   if (stream_) {
     experts = make_expert_store(*model, stream_flags_, false, model::state_bytes(model->hparams(), o.n_ctx));
     o.experts = experts.get();
   }
-  if (!dist::leader()) return;
+  if (!multinode::leader()) return;
   std::ifstream f(text_path, std::ios::binary);
   if (!f) fail("cannot read '%s'", text_path.c_str());
   const std::string text(std::istreambuf_iterator<char>(f), {});

@@ -29,7 +29,7 @@ struct ChunkedText {
   // After parsing: loads the model (and the expert store the flags or the memory ask for),
   // tokenizes the text with its tokenizer, counts the chunks and prints "<what>: N tokens, C
   // chunks of c" on stderr. Under mpirun the processes other than the leader only load their
-  // share of the model (dist/dist.h).
+  // share of the model (multinode/multinode.h).
   void load(const char* what);
 
  private:

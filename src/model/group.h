@@ -1,4 +1,4 @@
-// The other processes that run one model together with this one (src/dist implements it over MPI).
+// The other processes that run one model together with this one (src/multinode implements it over MPI).
 // Each process holds its share of the weights (placement.h), the blocks compute the rows of that
 // share with the single-process arithmetic, and call these where a block's output slices must be
 // put back together. Nothing here computes: every output element comes from exactly one process,
@@ -32,7 +32,7 @@ class Group {
   virtual StateMirror* states() = 0;
   // Model::forward, once the batch is checked: the leader (the process that talks to the user)
   // sends the batch (with its input rows of n_embd values) to the others, which run what they
-  // receive (dist::follow).
+  // receive (multinode::follow).
   virtual void announce(std::span<const Segment> batch, const RunOptions& opt, int64_t n_embd) = 0;
   // Every process of the tensor-parallel group gets the full rows of every part, in one exchange
   // (every process passes the same parts; nothing moves in a group of one).

@@ -1,4 +1,4 @@
-// Which share of the model one process holds when several run it together (src/dist): the layers
+// Which share of the model one process holds when several run it together (src/multinode): the layers
 // of its pipeline stage, and, inside the stage's tensor-parallel group, a contiguous share of
 // every split axis (registry.h: whole heads of the attention layers, rows of the FFN, expert,
 // embedding and head matrices). The loader binds only that share; the default is the whole model.

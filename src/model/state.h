@@ -21,7 +21,7 @@ struct LayerState {
 };
 
 // Told when a state is copied or ends, by whoever keeps the other parts of the states elsewhere
-// (the other processes of a multi-process run, src/dist). Calls may come from any thread.
+// (the other processes of a multi-process run, src/multinode). Calls may come from any thread.
 class StateMirror {
  public:
   virtual ~StateMirror() = default;

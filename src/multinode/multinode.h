@@ -4,10 +4,10 @@
 // run the leader's forward passes (follow). Every output element is computed by exactly one
 // process with the single-process arithmetic, so results are bit-identical at any process count.
 //
-//   int main(argc, argv) { dist::init(argc, argv); ... return dist::finish(status, "run", error); }
-//   auto m = dist::load(path, pp);                 // in a model command, every process
+//   int main(argc, argv) { multinode::init(argc, argv); ... return multinode::finish(status, "run", error); }
+//   auto m = multinode::load(path, pp);                 // in a model command, every process
 //   ... RunOptions opt{&pool, ...};
-//   if (!dist::leader()) return dist::follow(*m, opt);
+//   if (!multinode::leader()) return multinode::follow(*m, opt);
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,7 +16,7 @@
 
 #include "model/model.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 // Joins the MPI job when k3 was started by mpirun (MPI initialised, the others' stdout silenced);
 // alone otherwise. A k3 built without MPI refuses to run as several processes.
@@ -58,4 +58,4 @@ struct RankStats {
 };
 std::vector<RankStats> stats(const model::Model& m);
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

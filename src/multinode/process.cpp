@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <thread>
 
-#include "dist/dist.h"
-#include "dist/world.h"
+#include "multinode/multinode.h"
+#include "multinode/world.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 World& world() {
   static World w;
@@ -137,4 +137,4 @@ void sync() {
 #endif
 }
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

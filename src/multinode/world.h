@@ -1,13 +1,13 @@
-// The process's place in the MPI job (dist.h's functions read it; process.cpp starts and ends it).
+// The process's place in the MPI job (multinode.h's functions read it; process.cpp starts and ends it).
 #pragma once
 #include <memory>
 #include <string>
 
 #if K3_HAVE_MPI
-#include "dist/mpi_group.h"
+#include "multinode/mpi_group.h"
 #endif
 
-namespace k3::dist {
+namespace k3::multinode {
 
 struct World {
   bool mpi = false;  // this process joined an MPI job of several
@@ -21,4 +21,4 @@ struct World {
 };
 World& world();
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

@@ -1,6 +1,6 @@
-#include "dist/traffic.h"
+#include "multinode/traffic.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 Traffic decode_traffic(const model::HParams& hp, const model::Placement& p, bool leader) {
   Traffic t;
@@ -58,4 +58,4 @@ Traffic decode_traffic(const model::HParams& hp, const model::Placement& p, bool
   return t;
 }
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

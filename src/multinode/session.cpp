@@ -5,12 +5,12 @@
 
 #include "common/error.h"
 #include "common/sysmem.h"
-#include "dist/dist.h"
-#include "dist/world.h"
+#include "multinode/multinode.h"
+#include "multinode/world.h"
 #include "model/registry.h"
 #include "tensor/kernels.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 namespace {
 
@@ -164,4 +164,4 @@ std::vector<RankStats> stats(const model::Model& m) {
   return {mine};
 }
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

@@ -3,7 +3,7 @@
 // at once so they share batched passes, an image whose rows the leader sends the others); then
 // SIGTERM to mpirun stops the leader's server gracefully and every process ends.
 //
-//   node tests/dist/serve_mpi.mjs --k3 build/bin/k3 [--mpirun mpirun]
+//   node tests/multinode/serve_mpi.mjs --k3 build/bin/k3 [--mpirun mpirun]
 import { execFileSync, spawn } from "node:child_process";
 import path from "node:path";
 import * as L from "../server/lib.mjs";
@@ -109,7 +109,7 @@ test("an image: its rows replace the pads' embeddings on every process", async (
   eq(b.usage, a.usage, "usage");
 });
 
-await L.run("dist serve", async () => {
+await L.run("multinode serve", async () => {
   // SIGTERM: mpirun passes it on, the leader's server shuts down gracefully and stops the others
   // (mpirun itself then reports the signal it got)
   let ok = true;

@@ -1,7 +1,7 @@
 // What one decoded token costs a process of a multi-process run in communication, from the model's
 // shapes alone: the exchanges MpiGroup makes and counts (the leader's pass broadcast, the embedding
 // lookup, per layer the gathers of kda/mla/ffn/moe, the logits, the stage hand-offs) and the bytes
-// this process receives. tests/dist checks it against the counts of real runs; docs/multinode.md
+// this process receives. tests/multinode checks it against the counts of real runs; docs/multinode.md
 // applies it to the released model (bench/multinode_plan).
 #pragma once
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include "model/hparams.h"
 #include "model/placement.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 // Exchanges and the bytes received here by each (the embedding row at its average over the
 // vocabulary).
@@ -24,4 +24,4 @@ struct Traffic {
 // For the process at `where`; `leader`: it is world rank 0.
 Traffic decode_traffic(const model::HParams& hp, const model::Placement& where, bool leader);
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

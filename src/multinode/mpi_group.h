@@ -19,7 +19,7 @@
 #include "model/model.h"
 #include "model/state.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 // What the leader sends the others, as int64 words: a header, the state operations since the last
 // message (copies and ends of states), each segment (state id, context, position, tokens, logits
@@ -109,4 +109,4 @@ class MpiGroup final : public model::Group, public model::StateMirror {
   std::vector<Message::StateOp> state_ops_;
 };
 
-}  // namespace k3::dist
+}  // namespace k3::multinode

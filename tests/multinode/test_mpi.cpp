@@ -1,7 +1,7 @@
 // One model across several processes, end to end: the real k3 started by the real mpirun on this
 // machine, over shared memory and over TCP loopback, against the same k3 run as one process.
 // Results must be the same bits (logits, greedy tokens, perplexity, chat), with pipeline stages
-// too; each process holds about 1/N of the weights; the traffic model (dist/traffic.h) matches the
+// too; each process holds about 1/N of the weights; the traffic model (multinode/traffic.h) matches the
 // counted exchanges; a killed process ends the job; mismatched files or kernels are refused.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "../model/helpers.h"
-#include "dist/traffic.h"
+#include "multinode/traffic.h"
 #include "model/model.h"
 
 using namespace k3;
@@ -242,7 +242,7 @@ TEST(Mpi, TrafficModelMatchesCountedExchanges) {
     for (int r = 0; r < c.np; ++r) {
       const json& e = j["ranks"][r];
       const model::Placement p{r % tp, tp, r / tp, c.pp};
-      const dist::Traffic t = dist::decode_traffic(hp, p, r == 0);
+      const multinode::Traffic t = multinode::decode_traffic(hp, p, r == 0);
       const std::string what = "rank " + std::to_string(r) + " of " + std::to_string(c.np) + " (pp " +
                                std::to_string(c.pp) + ")";
       EXPECT_EQ(e["tokens"].get<double>(), 23) << what;  // the decoded tokens of 24 generated

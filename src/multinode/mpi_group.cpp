@@ -1,4 +1,4 @@
-#include "dist/mpi_group.h"
+#include "multinode/mpi_group.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace k3::dist {
+namespace k3::multinode {
 
 using Clock = std::chrono::steady_clock;
 
@@ -377,4 +377,4 @@ bool MpiGroup::same(const std::string& value, std::vector<std::string>* all) {
   return ok;
 }
 
-}  // namespace k3::dist
+}  // namespace k3::multinode
