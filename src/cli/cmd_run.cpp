@@ -182,8 +182,6 @@ static int cmd_run(int argc, char** argv) {
     if (i + 1 == n_predict) break;
     if (st.n_past() >= st.n_ctx()) {
       stop = "context";
-      std::fprintf(stderr, "\nk3 run: context size %lld reached, stopping (use -c to raise it)\n",
-                   static_cast<long long>(ctx));
       break;
     }
     m->forward(st, &id, 1, opt, model::Logits::Last, &logits);
@@ -193,6 +191,11 @@ static int cmd_run(int argc, char** argv) {
     text += rest;
     if (!json) std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
+  // The text ends its line and reaches stdout before anything more goes to stderr, so that the two
+  // merged into one log (k3 run ... > log 2>&1) keep the messages on lines of their own.
+  if (!json) std::fputc('\n', stdout), std::fflush(stdout);
+  if (stop == "context")
+    std::fprintf(stderr, "k3 run: context size %lld reached, stopping (use -c to raise it)\n", static_cast<long long>(ctx));
   const double gen_ms = ms_since(t_gen);
   const std::vector<multinode::RankStats> ranks1 = json ? multinode::stats(*m) : std::vector<multinode::RankStats>{};
   const double n_gen = static_cast<double>(out_ids.size());
@@ -221,7 +224,6 @@ static int cmd_run(int argc, char** argv) {
     }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("\n");
     std::fprintf(stderr, "k3 run: prompt %zu tokens, %.1f tok/s; generated %zu tokens, %.1f tok/s (%s)\n",
                  prompt_ids.size(), prompt_tps, out_ids.size(), gen_tps, stop.c_str());
     if (store) {

@@ -57,7 +57,9 @@ std::string builtin_model_path() {
   }
   std::fprintf(stderr,
                "k3: no model given (-m); using the built-in synthetic model %s.\n"
-               "k3: its weights are RANDOM, so the text it writes is meaningless.\n",
+               "k3: its weights are RANDOM, so the text it writes is meaningless (bytes that are not UTF-8 show as such).\n"
+               "k3: to run a real model: k3 run -m MODEL.gguf -p \"...\" (k3 convert makes a GGUF from the Hugging\n"
+               "k3: Face checkpoint, k3 quantize sizes it to your memory; README.md shows the steps).\n",
                path.c_str());
   if (!std::filesystem::exists(path)) {
     std::error_code ec;
