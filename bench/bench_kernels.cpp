@@ -197,7 +197,7 @@ void BM_membw(benchmark::State& st) {
 // orders: row after row (one stream); rows r and r + 1 side by side, then r + 2 and r + 3 (two
 // interleaved streams through one region: what a two-row decode over neighbouring rows reads);
 // rows i and i + H of the buffer's two halves side by side (two sequential streams). Decides how a
-// kernel that takes several rows at once must pick them (docs/performance.md, "Issue 15").
+// kernel that takes several rows at once must pick them (docs/performance.md, "What did not pay").
 enum class RowOrder { One, Pairs, Halves };
 
 void BM_row_order(benchmark::State& st, RowOrder order) {
@@ -323,7 +323,7 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
 // What a decode token reads in a MoE layer: k of E stacked experts (gate and up [F rows of dl],
 // then down [dl rows of F]), picked at random each iteration, through matvec_batch as the model
 // calls it (gate and up side by side, then the downs). Many short streams start cold, unlike the
-// one long stream of matvec/ (docs/performance.md, "Lane layouts", stop 31). Shapes: m64's (1024 x
+// one long stream of matvec/ (docs/performance.md, "Expert stream heads"). Shapes: m64's (1024 x
 // 1024, 8 of 64) and K3's (3584 x 3072, 16 of 64 here; the stack is larger than L3 either way).
 struct ExpertShape {
   int64_t dl, F, E, k;
