@@ -166,8 +166,8 @@ TEST(Cli, RunBuiltinModel) {
   EXPECT_TRUE(own_line(out, "k3 run: prompt ")) << out;
   EXPECT_TRUE(std::filesystem::exists(cache + "/k3/synthetic-tiny-v1.gguf"));
   // Stopped by the context size: the text ends its line before the message, then the statistics.
-  ASSERT_EQ(run_cmd(run + "-n 64 -c 12 --ignore-eos", &out), 0) << out;
-  EXPECT_TRUE(own_line(out, "k3 run: context size 12 reached")) << out;
+  ASSERT_EQ(run_cmd(run + "-n 64 -c 20 --ignore-eos", &out), 0) << out;
+  EXPECT_TRUE(own_line(out, "k3 run: context size 20 reached")) << out;
   EXPECT_TRUE(own_line(out, "k3 run: prompt ")) << out;
 }
 
