@@ -211,7 +211,11 @@ json convert_messages(const Fields& f, const RequestLimits& lim, std::pair<std::
     if (m.has("output_config")) {
       Fields oc(m.at("output_config"), p + ".output_config");
       oc.only({"effort"});
-      if (oc.has("effort")) turn_effort = {oc.str("effort", ""), oc.name("effort")};
+      if (oc.has("effort")) {
+        json checked;
+        anthropic_effort(checked, oc.str("effort", ""), oc.name("effort"));
+        turn_effort = {oc.str("effort", ""), oc.name("effort")};
+      }
     }
     if (!m.has("content")) bad_request(p + ".content", "'" + p + ".content' is required");
     const json& c = m.at("content");

@@ -14,7 +14,6 @@
 #include <cstdio>
 
 #include "common/base64.h"
-
 #include "server/chat_protocol.h"
 #include "server/requests.h"
 

@@ -268,32 +268,29 @@ json custom_tool(const Fields& t, const std::string& model_name) {
   return json{{"type", "function"}, {"function", std::move(fn)}};
 }
 
-// A function or custom tool, named `ns.NAME` for the model inside a namespace; `names` holds the
-// model-visible names so far, `inner` the names within the namespace.
+// A function or custom tool, named NAMESPACE.NAME for the model inside a namespace; `names` holds
+// the model-visible names so far, `inner` the names within the namespace.
 void offer_tool(ChatRequest& r, const Fields& t, const std::string& ns, std::set<std::string>& names,
                 std::set<std::string>& inner) {
   const std::string type = t.str("type", "", true);
+  if (type != "function" && type != "custom")
+    bad_request(t.name("type"), "'" + t.name("type") + "' = '" + type + "': a namespace holds function and custom tools");
   const std::string name = t.str("name", "", true);
+  check_tool_name(name, t.name("name"), ns.empty() ? names : inner);
   const std::string model_name = ns.empty() ? name : ns + "." + name;
-  if (!ns.empty()) {
-    check_tool_name(name, t.name("name"), inner);
-    if (!names.insert(model_name).second)
-      bad_request(t.name("name"), "'" + t.name("name") + "' = '" + model_name + "' names another tool too");
-  }
+  if (!ns.empty() && !names.insert(model_name).second)
+    bad_request(t.name("name"), "'" + t.name("name") + "' = '" + model_name + "' names another tool too");
+  json tool;
   if (type == "function") {
     t.only({"type", "name", "description", "parameters", "strict", "defer_loading", "allowed_callers", "async"});
-    std::set<std::string> unused;
-    json tool = function_tool(t, "parameters", false, ns.empty() ? names : unused);
+    std::set<std::string> checked;  // the name was checked above
+    tool = function_tool(t, "parameters", false, checked);
     tool["function"]["name"] = model_name;
-    r.tools.push_back(std::move(tool));
-    if (!ns.empty()) r.tool_origins[model_name] = ToolOrigin{ns, name, false};
-  } else if (type == "custom") {
-    if (ns.empty()) check_tool_name(name, t.name("name"), names);
-    r.tools.push_back(custom_tool(t, model_name));
-    r.tool_origins[model_name] = ToolOrigin{ns, name, true};
   } else {
-    bad_request(t.name("type"), "'" + t.name("type") + "' = '" + type + "': a namespace holds function and custom tools");
+    tool = custom_tool(t, model_name);
   }
+  r.tools.push_back(std::move(tool));
+  if (!ns.empty() || type == "custom") r.tool_origins[model_name] = ToolOrigin{ns, name, type == "custom"};
   t.boolean("defer_loading", false);
   t.boolean("async", false);
 }
@@ -306,9 +303,8 @@ void convert_tools(const Fields& f, ChatRequest& r) {
     const std::string p = at_index("tools", i);
     Fields t(in[i], p);
     const std::string type = t.str("type", "", true);
-    std::set<std::string> none;
     if (type == "function" || type == "custom") {
-      offer_tool(r, t, "", names, none);
+      offer_tool(r, t, "", names, names);
     } else if (type == "namespace") {
       t.only({"type", "name", "description", "tools"});
       const std::string ns = t.str("name", "", true);
@@ -330,11 +326,6 @@ void convert_tools(const Fields& f, ChatRequest& r) {
   }
 }
 
-// The named function or custom tool (a function inside a namespace by its NAMESPACE.NAME too).
-void require_offered(const ChatRequest& r, const Fields& c, const std::string& path) {
-  require_tool(r, c.str("name", "", true), path);
-}
-
 void convert_tool_choice(const Fields& f, ChatRequest& r) {
   if (!f.has("tool_choice")) return;
   const json& tc = f.at("tool_choice");
@@ -347,22 +338,22 @@ void convert_tool_choice(const Fields& f, ChatRequest& r) {
     const std::string type = c.str("type", "", true);
     if (type == "function" || type == "custom") {
       c.only({"type", "name"});
-      require_offered(r, c, "tool_choice.name");
+      require_tool(r, c.str("name", "", true), "tool_choice.name");  // a namespace's function: NAMESPACE.NAME
       r.tool_choice = "required";
     } else if (type == "allowed_tools") {
       // Only the listed tools are offered; hosted ones in the list are left out like all hosted tools.
       c.only({"type", "mode", "tools"});
+      one_of(c, "mode", {"auto", "required"});
       const std::string mode = c.str("mode", "", true);
-      if (mode != "auto" && mode != "required")
-        bad_request("tool_choice.mode", "'tool_choice.mode' must be auto or required, got '" + mode + "'");
       std::set<std::string> allowed;
       const json& list = c.array("tools");
       for (size_t i = 0; i < list.size(); ++i) {
         Fields t(list[i], at_index("tool_choice.tools", i));
         const std::string ttype = t.str("type", "", true);
         if (ttype == "function" || ttype == "custom") {
-          require_offered(r, t, t.name("name"));
-          allowed.insert(t.str("name", "", true));
+          const std::string name = t.str("name", "", true);
+          require_tool(r, name, t.name("name"));
+          allowed.insert(name);
         } else if (!hosted_tool(ttype)) {
           bad_request(t.name("type"), "'" + t.name("type") + "' = '" + ttype + "' is not a tool type");
         }
@@ -407,31 +398,8 @@ void convert_text(const Fields& f, json& in) {
   }
 }
 
-}  // namespace
-
-ChatRequest parse_responses_request(const json& body, const RequestLimits& lim) {
-  Fields f(body, "");
-  check_canned_allowed(body, lim);
-  f.only({"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens", "temperature", "top_p",
-          "stream", "stream_options", "reasoning", "text", "store", "previous_response_id", "conversation",
-          "background", "background_options", "include", "metadata", "client_metadata", "parallel_tool_calls",
-          "max_tool_calls", "prompt", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
-          "safety_identifier", "service_tier", "truncation", "top_logprobs", "user", "context_management",
-          "moderation", "access_programs", "image", "k3_canned"});
-  ChatRequest r;
-  r.prompt_param = "input";
-  r.model = f.str("model", "");
-  if (f.has("previous_response_id"))
-    bad_request("previous_response_id", "'previous_response_id' is not supported: k3 stores no responses; send the "
-                                        "whole conversation in 'input'");
-  if (f.boolean("store", false))
-    bad_request("store", "'store': true is not supported: k3 stores no responses; send store: false or leave it out");
-  if (f.has("conversation"))
-    bad_request("conversation", "'conversation' is not supported: k3 stores no conversations; send them in 'input'");
-  if (f.has("prompt")) bad_request("prompt", "'prompt' (a stored prompt) is not supported: k3 stores no prompts");
-  if (f.boolean("background", false)) bad_request("background", "'background': true is not supported");
-  if (f.integer("top_logprobs", 0, 0, 20) != 0) bad_request("top_logprobs", "'top_logprobs' is not supported");
-  // Accepted and ignored (docs/server.md): each checked for its type and its values.
+// The fields k3 accepts and ignores (docs/server.md), each checked for its type and its values.
+void check_ignored(const Fields& f) {
   if (f.has("include")) f.array("include");
   one_of(f, "include", {"reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
                         "web_search_call.action.sources", "message.input_image.image_url",
@@ -466,6 +434,33 @@ ChatRequest parse_responses_request(const json& body, const RequestLimits& lim) 
   one_of(f, "prompt_cache_retention", {"in_memory", "24h"});
   one_of(f, "service_tier", {"auto", "default", "flex", "scale", "priority", "fast", "ultrafast"});
   one_of(f, "truncation", {"disabled", "auto"});
+}
+
+}  // namespace
+
+ChatRequest parse_responses_request(const json& body, const RequestLimits& lim) {
+  Fields f(body, "");
+  check_canned_allowed(body, lim);
+  f.only({"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens", "temperature", "top_p",
+          "stream", "stream_options", "reasoning", "text", "store", "previous_response_id", "conversation",
+          "background", "background_options", "include", "metadata", "client_metadata", "parallel_tool_calls",
+          "max_tool_calls", "prompt", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
+          "safety_identifier", "service_tier", "truncation", "top_logprobs", "user", "context_management",
+          "moderation", "access_programs", "image", "k3_canned"});
+  ChatRequest r;
+  r.prompt_param = "input";
+  r.model = f.str("model", "");
+  if (f.has("previous_response_id"))
+    bad_request("previous_response_id", "'previous_response_id' is not supported: k3 stores no responses; send the "
+                                        "whole conversation in 'input'");
+  if (f.boolean("store", false))
+    bad_request("store", "'store': true is not supported: k3 stores no responses; send store: false or leave it out");
+  if (f.has("conversation"))
+    bad_request("conversation", "'conversation' is not supported: k3 stores no conversations; send them in 'input'");
+  if (f.has("prompt")) bad_request("prompt", "'prompt' (a stored prompt) is not supported: k3 stores no prompts");
+  if (f.boolean("background", false)) bad_request("background", "'background': true is not supported");
+  if (f.integer("top_logprobs", 0, 0, 20) != 0) bad_request("top_logprobs", "'top_logprobs' is not supported");
+  check_ignored(f);
 
   r.gen.max_tokens = parse_budget(f, "max_output_tokens", lim, false);
   r.gen.sampling = parse_sampling(f, lim, 2.0, false);

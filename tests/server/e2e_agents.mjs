@@ -158,6 +158,9 @@ function checkAnthropicEvents(events) {
   eq(events[0].type, "message_start", "first event");
   eq(events.at(-1).type, "message_stop", "last event");
   eq(events.at(-2).type, "message_delta", "message_delta before message_stop");
+  // Claude Code reports a response's usage from message_start: the cache split is known there.
+  const start = events[0].message.usage, end = events.at(-2).usage;
+  eq([start.input_tokens, start.cache_read_input_tokens], [end.input_tokens, end.cache_read_input_tokens], "message_start usage = final usage");
   let open = -1, next = 0;
   const partial = [];
   for (const e of events.slice(1, -2)) {

@@ -25,7 +25,7 @@ const dir = L.tmpdir();
 const modelPath = L.makeTinyModel(opt.k3, dir);
 const KEY = "k3-test-key-not-a-provider-key";
 const bin = (rel) => path.join(L.root, "tests/node/node_modules", rel);
-const CLIENT_TIMEOUT_MS = 300000;  // generous: the synthetic model prefills 10-30k-token agent prompts on a busy machine
+const CLIENT_TIMEOUT_MS = 600000;  // generous: the synthetic model prefills 5-26k-token agent prompts on a busy machine
 
 // Runs a client to its end (or kills its process group at the timeout: clients relaunch themselves
 // in child processes); resolves {code, stdout, stderr}.
