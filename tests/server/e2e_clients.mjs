@@ -1,16 +1,16 @@
 // Real agent clients from their npm packages (exact versions in tests/node/package.json) against
-// `k3 serve --test-script` on a synthetic model: OpenAI's Codex CLI (`codex exec`, Responses API)
-// and Anthropic's Claude Code (`claude -p`, Messages API) each through a tool call that the client
-// runs (a shell command whose output goes back as the tool result) and a scripted final answer;
-// Qwen Code (`qwen -p`, chat completions) through one turn. Codex sends its full prompt (~26k tokens
-// of the synthetic model's small vocabulary); Claude Code (~34k) gets a short system prompt and only
-// its Bash tool by its own flags, Qwen Code a short system prompt, to keep the prefill short on the
-// 2-core machine. Each client runs in a temporary home
-// with its documented settings for a custom endpoint, a key that is not a real provider's, and
-// telemetry and update checks off (the network is closed anyway; nothing may hang on it). Checked:
-// the exit status, the final text, the tool's output as the client saw it, and that the second
-// request of a session had at least 90 % of the first one's prompt from the prompt cache, as the
-// client itself reports it. A failing client's stdout and stderr are printed with the server's log.
+// `k3 serve --test-script` on a synthetic model: OpenAI's Codex CLI (`codex exec`, Responses API),
+// Anthropic's Claude Code (`claude -p`, Messages API) and Qwen Code (`qwen -p`, chat completions),
+// each through a tool call that the client runs (a shell command whose output goes back as the
+// tool result) and a scripted final answer. Codex sends its whole default request (~26k tokens of
+// the synthetic model's small vocabulary); Claude Code (~34k by default) gets a short system prompt
+// and only its Bash tool by its own flags, Qwen Code a short system prompt and only its shell tool,
+// to keep the prefill short on the 2-core machine. Each client runs in a temporary home with its documented settings
+// for a custom endpoint, a key that is not a real provider's, and telemetry and update checks off
+// (the network is closed anyway; nothing may hang on it). Checked: the exit status, the final text,
+// the tool's output as the client saw it, and that the second request of a session had at least
+// 90 % of the first one's prompt from the prompt cache, as the client itself reports it. A failing
+// client's stdout and stderr are printed with the server's log.
 //
 //   node tests/server/e2e_clients.mjs [--k3 build/bin/k3] [--only codex|claude|qwen]
 import { spawn } from "node:child_process";
@@ -158,9 +158,18 @@ test("Claude Code: Bash runs, its tool_result comes back, the scripted answer en
 });
 
 // ---- Qwen Code: chat completions (streaming with usage, tools, a 32k max_tokens) ----
-const QWEN_ANSWER = "Hello from k3.";
-test("Qwen Code: one chat-completions turn ends with the scripted answer", async () => {
-  await session("qwen", [{ reasoning: "A greeting.", content: QWEN_ANSWER }], async ({ srv, home, run }) => {
+const QWEN_ANSWER = "The command printed k3-qwen-42.";
+// Its tools other than run_shell_command, left out to keep the prompt short (~8k tokens, not ~25k).
+const QWEN_OTHER_TOOLS = ["agent", "skill", "tool_search", "tool_call", "get_goal", "update_goal", "list_agents", "glob", "grep_search",
+  "read_file", "cron_create", "cron_delete", "cron_list", "edit", "enter_worktree", "exit_worktree", "loop_wakeup", "monitor",
+  "notebook_edit", "read_mcp_resource", "record_artifact", "report_findings", "send_message", "task_stop", "web_fetch", "write_file"];
+test("Qwen Code: run_shell_command runs, its result comes back, the scripted answer ends the turn", async () => {
+  const script = [
+    { reasoning: "I will run the command.", tool_calls: [{ name: "run_shell_command", arguments: { command: "echo k3-qwen-$((6*7))", is_background: false,
+      description: "Print the marker" } }] },
+    { reasoning: "It printed the marker.", content: QWEN_ANSWER },
+  ];
+  await session("qwen", script, async ({ srv, home, run }) => {
     fs.mkdirSync(path.join(home, ".qwen"));
     fs.writeFileSync(path.join(home, ".qwen/settings.json"), JSON.stringify({
       privacy: { usageStatisticsEnabled: false },
@@ -169,14 +178,26 @@ test("Qwen Code: one chat-completions turn ends with the scripted answer", async
       // After a turn it asks the model to update its memory files: a request beyond the script.
       memory: { enableManagedAutoMemory: false, enableManagedAutoDream: false },
     }));
-    const r = await run(bin(".bin/qwen"), ["-p", "Say hello.", "--auth-type", "openai", "--output-format", "json", "--system-prompt", SYSTEM,
-      "--exclude-tools", "agent"],
+    const r = await run(bin(".bin/qwen"), ["-p", "Run echo k3-qwen-$((6*7)) and tell me what it printed.", "--auth-type", "openai",
+      "--output-format", "json", "--system-prompt", SYSTEM, "--core-tools", "run_shell_command", "--exclude-tools", ...QWEN_OTHER_TOOLS,
+      "--approval-mode", "yolo"],
       { OPENAI_BASE_URL: srv.url + "/v1", OPENAI_API_KEY: KEY, OPENAI_MODEL: "k3" });
     eq(r.code, 0, "qwen exit status");
-    const out = JSON.parse(r.stdout.slice(r.stdout.indexOf("[")));
-    const final = out.find((e) => e.type === "result");
+    const events = JSON.parse(r.stdout.slice(r.stdout.indexOf("[")));
+    const results = events.filter((e) => e.type === "user").flatMap((e) => e.message.content).filter((c) => c.type === "tool_result");
+    assert(results.length === 1, "one tool result: " + JSON.stringify(results));
+    const text = typeof results[0].content === "string" ? results[0].content : JSON.stringify(results[0].content);
+    assert(text.includes("k3-qwen-42") && !results[0].is_error, "the run_shell_command result: " + JSON.stringify(results[0]));
+    const final = events.find((e) => e.type === "result");
     assert(final && !final.is_error, "the result: " + JSON.stringify(final));
     eq(final.result, QWEN_ANSWER, "qwen's final text");
+    // Each response's usage (prompt_tokens and cached_tokens, as it reports them).
+    const usage = events.filter((e) => e.type === "assistant" && e.message.usage?.input_tokens > 0).map((e) => e.message.usage);
+    assert(usage.length >= 2, "usage of two responses: " + JSON.stringify(usage));
+    eq(usage[0].cache_read_input_tokens ?? 0, 0, "response 1 cached tokens");
+    assert(usage[1].cache_read_input_tokens >= 0.9 * usage[0].input_tokens,
+      `response 2 cached ${usage[1].cache_read_input_tokens} of response 1's ${usage[0].input_tokens} prompt tokens`);
+    console.log(`     qwen: request 1 prompt ${usage[0].input_tokens}, request 2 prompt ${usage[1].input_tokens} of which cached ${usage[1].cache_read_input_tokens}`);
   });
 });
 
