@@ -27,17 +27,23 @@ const KEY = "k3-test-key-not-a-provider-key";
 const bin = (rel) => path.join(L.root, "tests/node/node_modules", rel);
 const CLIENT_TIMEOUT_MS = 600000;  // generous: the synthetic model prefills 5-26k-token agent prompts on a busy machine
 
-// Runs a client to its end (or kills its process group at the timeout: clients relaunch themselves
-// in child processes); resolves {code, stdout, stderr}.
+// Runs a client to its end (or kills it at the timeout), then whatever it left running in its
+// process group (clients relaunch themselves in child processes); resolves {code, stdout, stderr}.
 function runClient(cmd, args, { cwd, env }) {
   return new Promise((resolve) => {
     const p = spawn(cmd, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
     let stdout = "", stderr = "";
     p.stdout.on("data", (d) => (stdout += d));
     p.stderr.on("data", (d) => (stderr += d));
-    const t = setTimeout(() => process.kill(-p.pid, "SIGKILL"), CLIENT_TIMEOUT_MS);
+    const killGroup = () => {
+      try {
+        process.kill(-p.pid, "SIGKILL");
+      } catch {}  // the group is gone
+    };
+    const t = setTimeout(killGroup, CLIENT_TIMEOUT_MS);
     p.on("close", (code, signal) => {
       clearTimeout(t);
+      killGroup();
       resolve({ code: code ?? signal, stdout, stderr });
     });
   });
