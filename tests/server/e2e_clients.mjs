@@ -165,14 +165,17 @@ test("Claude Code: Bash runs, its tool_result comes back, the scripted answer en
 
 // ---- Qwen Code: chat completions (streaming with usage, tools, a 32k max_tokens) ----
 const QWEN_ANSWER = "The command printed k3-qwen-42.";
+// Qwen Code 0.24.4 now and then reports the output of a command that prints and exits at once as
+// "(empty)"; one that prints after a moment is reported whole.
+const QWEN_COMMAND = "sleep 0.5; echo k3-qwen-$((6*7))";
 // Its tools other than run_shell_command, left out to keep the prompt short (~8k tokens, not ~25k).
 const QWEN_OTHER_TOOLS = ["agent", "skill", "tool_search", "tool_call", "get_goal", "update_goal", "list_agents", "glob", "grep_search",
   "read_file", "cron_create", "cron_delete", "cron_list", "edit", "enter_worktree", "exit_worktree", "loop_wakeup", "monitor",
   "notebook_edit", "read_mcp_resource", "record_artifact", "report_findings", "send_message", "task_stop", "web_fetch", "write_file"];
 test("Qwen Code: run_shell_command runs, its result comes back, the scripted answer ends the turn", async () => {
   const script = [
-    { reasoning: "I will run the command.", tool_calls: [{ name: "run_shell_command", arguments: { command: "echo k3-qwen-$((6*7))", is_background: false,
-      description: "Print the marker" } }] },
+    { reasoning: "I will run the command.", tool_calls: [{ name: "run_shell_command", arguments: { command: QWEN_COMMAND,
+      is_background: false, description: "Print the marker" } }] },
     { reasoning: "It printed the marker.", content: QWEN_ANSWER },
   ];
   await session("qwen", script, async ({ srv, home, run }) => {
@@ -184,7 +187,7 @@ test("Qwen Code: run_shell_command runs, its result comes back, the scripted ans
       // After a turn it asks the model to update its memory files: a request beyond the script.
       memory: { enableManagedAutoMemory: false, enableManagedAutoDream: false },
     }));
-    const r = await run(bin(".bin/qwen"), ["-p", "Run echo k3-qwen-$((6*7)) and tell me what it printed.", "--auth-type", "openai",
+    const r = await run(bin(".bin/qwen"), ["-p", `Run ${QWEN_COMMAND} and tell me what it printed.`, "--auth-type", "openai",
       "--output-format", "json", "--system-prompt", SYSTEM, "--core-tools", "run_shell_command", "--exclude-tools", ...QWEN_OTHER_TOOLS,
       "--approval-mode", "yolo"],
       { OPENAI_BASE_URL: srv.url + "/v1", OPENAI_API_KEY: KEY, OPENAI_MODEL: "k3" });
@@ -193,7 +196,8 @@ test("Qwen Code: run_shell_command runs, its result comes back, the scripted ans
     const results = events.filter((e) => e.type === "user").flatMap((e) => e.message.content).filter((c) => c.type === "tool_result");
     assert(results.length === 1, "one tool result: " + JSON.stringify(results));
     const text = typeof results[0].content === "string" ? results[0].content : JSON.stringify(results[0].content);
-    assert(text.includes("k3-qwen-42") && !results[0].is_error, "the run_shell_command result: " + JSON.stringify(results[0]));
+    assert(text.includes("k3-qwen-42") && text.includes("Exit Code: 0") && !results[0].is_error,
+      "the run_shell_command result: " + JSON.stringify(results[0]));
     const final = events.find((e) => e.type === "result");
     assert(final && !final.is_error, "the result: " + JSON.stringify(final));
     eq(final.result, QWEN_ANSWER, "qwen's final text");
