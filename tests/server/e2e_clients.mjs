@@ -196,8 +196,7 @@ test("Qwen Code: run_shell_command runs, its result comes back, the scripted ans
     const results = events.filter((e) => e.type === "user").flatMap((e) => e.message.content).filter((c) => c.type === "tool_result");
     assert(results.length === 1, "one tool result: " + JSON.stringify(results));
     const text = typeof results[0].content === "string" ? results[0].content : JSON.stringify(results[0].content);
-    assert(text.includes("k3-qwen-42") && text.includes("Exit Code: 0") && !results[0].is_error,
-      "the run_shell_command result: " + JSON.stringify(results[0]));
+    assert(text.includes("k3-qwen-42") && !results[0].is_error, "the run_shell_command result: " + JSON.stringify(results[0]));
     const final = events.find((e) => e.type === "result");
     assert(final && !final.is_error, "the result: " + JSON.stringify(final));
     eq(final.result, QWEN_ANSWER, "qwen's final text");
