@@ -75,6 +75,8 @@ static int cmd_serve(int argc, char** argv) {
   app.add_flag("-v,--verbose", o.verbose, "debug lines on stderr (where each prompt left the prompt cache)");
   app.add_flag("--test-canned", o.test_canned,
                "TESTS ONLY: accept the k3_canned request field, which makes the model emit given text or ids");
+  app.add_option("--test-script", o.test_script,
+                 "TESTS ONLY: a JSON array of model outputs, one per generation request in order (docs/server.md)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
   cli::add_pp_flag(app, pp);
@@ -148,6 +150,9 @@ static int cmd_serve(int argc, char** argv) {
   const int port = s.bind();
   std::fprintf(stderr, "k3 serve: %s\n", s.describe().c_str());
   if (o.test_canned) std::fprintf(stderr, "k3 serve: WARNING: --test-canned is on (test mode)\n");
+  if (!o.test_script.empty())
+    std::fprintf(stderr, "k3 serve: WARNING: --test-script %s is on (test mode): scripted outputs come first\n",
+                 o.test_script.c_str());
   std::fprintf(stderr, "k3 serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
 

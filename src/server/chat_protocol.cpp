@@ -17,7 +17,7 @@ class OpenAIChat final : public ChatProtocol {
  public:
   OpenAIChat(std::string model, bool include_usage) : model_(std::move(model)), include_usage_(include_usage) {}
 
-  void begin(int32_t, SseEvents& out) override {
+  void begin(int32_t, int32_t, SseEvents& out) override {
     out.push_back(sse_event("", chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr)));
   }
 

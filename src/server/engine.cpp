@@ -257,9 +257,7 @@ void Engine::loop() {
             std::lock_guard<std::mutex> tl(s->task->mu_);
             s->task->times_.queued_ms = ms_between(s->task->t_submit_, s->task->t_start_);
             s->task->times_.n_prompt = static_cast<int32_t>(s->task->request().prompt.size());
-            s->task->started_ = true;
           }
-          s->task->cv_.notify_all();
           ++active_;
         }
       }
@@ -387,7 +385,9 @@ void Engine::start(Slot& s) {
   {
     std::lock_guard<std::mutex> tl(s.task->mu_);
     s.task->times_.n_cached = static_cast<int32_t>(s.pos);
+    s.task->started_ = true;  // with its cached part known (an Anthropic stream's first event reports it)
   }
+  s.task->cv_.notify_all();
   if (s.pos == r.prompt.size()) {
     const auto now = Clock::now();
     {

@@ -87,7 +87,8 @@ class Task {
   // of the queue at once).
   void cancel();
   bool cancelled() const { return cancel_.load(); }
-  // Waits up to `timeout` until the task has a slot or has ended; true when it has left the queue.
+  // Waits up to `timeout` until the task has a slot and its prompt's cached part is restored (times()
+  // .n_cached known), or has ended; true when it has left the queue.
   bool wait_started(std::chrono::milliseconds timeout);
 
   Finish finish() const;

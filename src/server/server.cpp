@@ -41,7 +41,7 @@ void check_context(const ServerCtx& c, size_t n_prompt, const char* param) {
                    param, "invalid_request_error");
 }
 
-GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g) {
+GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g, const json* chat_inputs) {
   GenRequest r;
   r.prompt = std::move(prompt);
   r.sampling = g.sampling;
@@ -50,6 +50,11 @@ GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, con
   if (g.canned.set) {
     r.forced = true;
     r.forced_ids = g.canned.is_text ? c.tok->encode(g.canned.text, true) : g.canned.ids;
+  } else if (c.script) {
+    if (std::optional<json> entry = c.script->next()) {
+      r.forced = true;
+      r.forced_ids = c.tok->encode(script_output(*entry, *c.tmpl, chat_inputs), true);
+    }
   }
   return r;
 }
@@ -254,6 +259,7 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
   ServerCtx& c = *c_;
   c.opt = opts;
+  if (!opts.test_script.empty()) c.script = std::make_unique<TestScript>(opts.test_script);  // bad files fail first
   c.model = opts.load_model ? opts.load_model(opts.model_path) : model::Model::load(opts.model_path);
   c.tok = tok::Tokenizer::from_metadata(c.model->meta());
   const model::F16Rule rule = opts.f16_rule.empty() ? model::default_f16_rule()

@@ -34,6 +34,7 @@ struct ServerOptions {
   uint32_t image_max_tokens = 0;  // rows per image (0: the mmproj's patch limit)
   std::string f16_rule;       // "" (from the CPU), "amx" or "round"
   bool test_canned = false;   // accept the test-only k3_canned request field
+  std::string test_script;    // tests only: the model's outputs, one entry per generation (test_script.h)
   int max_json_depth = 64;
   size_t max_stops = 16;
   double shutdown_grace_s = 10;  // on shutdown, in-flight requests get this long to finish
