@@ -1,4 +1,4 @@
-// The prompt cache (docs/server.md, "Prompt cache"): reuses the work earlier requests did on the
+// The prompt cache (docs/cache.md): reuses the work earlier requests did on the
 // same prefix, in RAM and on disk, without changing a single bit of any result.
 //
 // K3's MLA caches can be cut back to any position, but its KDA layers carry a fixed-size state
