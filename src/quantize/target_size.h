@@ -8,7 +8,8 @@
 // squared error the row adds to its product's output; rows are sampled evenly (the same rows for
 // every candidate) and scaled to the whole tensor, expert matrices weighted by how often the
 // router picks them (the imatrix's counts, else k/E), embedding rows by 1/n_vocab (a token reads
-// one). The choice: each group's candidates reduced to their lower convex hull in (bytes, error),
+// one), and every tensor by how much of the logits its error reaches (the LM head and embedding
+// most, a block more the earlier it sits: target_size.cpp, reach). The choice: each group's candidates reduced to their lower convex hull in (bytes, error),
 // then the upgrade with the largest error saved per byte is taken while it fits, and whatever
 // budget is left goes to the single upgrade that saves the most. Deterministic for the same inputs.
 #pragma once
