@@ -90,6 +90,24 @@ const Recipe& recipe_by_name(const std::string& name) {
   fail("unknown quantization type '%s' (valid: %s)", name.c_str(), recipe_names().c_str());
 }
 
+const Recipe* plain_recipe(GgmlType t) {
+  for (const auto& r : recipes())
+    if (r.rules.empty() && r.dense == t && r.experts == t) return &r;
+  return nullptr;
+}
+
+void set_mix_file_type(Plan& plan) {
+  std::map<GgmlType, uint64_t> bytes;
+  for (const TensorPlan& tp : plan.tensors) bytes[tp.type] += tp.out_bytes;
+  uint64_t most = 0;
+  for (const auto& [t, b] : bytes)
+    if (const Recipe* r = plain_recipe(t); r && b > most) most = b, plan.file_type = r->file_type;
+}
+
+Recipe sized_base_recipe() {
+  return {"mix", T::Q8_0, T::Q8_0, {{kKbVb, T::BF16}}, 7, "types per tensor: --target-size or --tensor-type-file"};
+}
+
 GgmlType parse_out_type(const std::string& name, const char* what) {
   const TypeInfo* t = type_by_name(name);
   if (!t || !ref::can_quantize(t->type)) {
@@ -131,17 +149,9 @@ struct Kind {
 
 using Classify = std::function<Kind(const gguf::TensorInfo&)>;
 
-// The text model: every tensor checked against the registry by bind_weights.
-Classify text_model(const gguf::Model& in, std::map<std::string, const model::TensorDef*, std::less<>>& defs,
-                    model::HParams& hp, const std::vector<UserRule>& rules) {
-  const std::string& path = in.files().front()->path();
-  try {
-    hp = model::HParams::from_metadata(in.meta());
-  } catch (const Error& e) {
-    fail("%s: %s", path.c_str(), e.what());
-  }
-  model::bind_weights(in, hp);  // every tensor present, expected, of the right shape and a computable type
-  model::for_each_tensor(hp, [&](const model::TensorRef& r) { defs[r.name] = &r.def; });
+// A text-model tensor by its registry entry.
+Classify classify_text(const std::map<std::string, const model::TensorDef*, std::less<>>& defs,
+                       const std::vector<UserRule>& rules) {
   return [&defs, &rules](const gguf::TensorInfo& ti) {
     const model::TensorDef& def = *defs.at(ti.name);
     Kind k;
@@ -165,6 +175,20 @@ Classify text_model(const gguf::Model& in, std::map<std::string, const model::Te
   };
 }
 
+// The text model: every tensor checked against the registry by bind_weights.
+Classify text_model(const gguf::Model& in, std::map<std::string, const model::TensorDef*, std::less<>>& defs,
+                    model::HParams& hp, const std::vector<UserRule>& rules) {
+  const std::string& path = in.files().front()->path();
+  try {
+    hp = model::HParams::from_metadata(in.meta());
+  } catch (const Error& e) {
+    fail("%s: %s", path.c_str(), e.what());
+  }
+  model::bind_weights(in, hp);  // every tensor present, expected, of the right shape and a computable type
+  model::for_each_tensor(hp, [&](const model::TensorRef& r) { defs[r.name] = &r.def; });
+  return classify_text(defs, rules);
+}
+
 // An mmproj (vision.md §2): the matrices are quantized like dense ones, the norms, patch kernel
 // and position table keep their stored type.
 Classify mmproj(const gguf::Model& in) {
@@ -184,27 +208,16 @@ Classify mmproj(const gguf::Model& in) {
   };
 }
 
-}  // namespace
-
-Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<UserRule>& rules) {
-  const std::string& path = in.files().front()->path();
-  const auto arch = in.meta().get_str_opt("general.architecture");
-  std::map<std::string, const model::TensorDef*, std::less<>> defs;
-  model::HParams hp;
-  Classify classify;
-  if (arch && *arch == vision::kArch) classify = mmproj(in);
-  else if (arch && *arch == model::kArch) classify = text_model(in, defs, hp, rules);
-  else
-    fail("%s: general.architecture is '%s', the quantizer handles '%s' models and their '%s' mmproj files", path.c_str(),
-         arch ? arch->c_str() : "(missing)", model::kArch, vision::kArch);
-
+// Every tensor's type, in the given order.
+Plan plan_tensors(const std::vector<const gguf::TensorInfo*>& tensors, const Classify& classify, const Recipe& recipe,
+                  const std::vector<UserRule>& rules) {
   std::vector<std::regex> recipe_res;
   for (const auto& [pat, t] : recipe.rules) recipe_res.emplace_back(pat, std::regex::ECMAScript);
   std::vector<int> hits(rules.size(), 0), kept_hits(rules.size(), 0), raw_hits(rules.size(), 0);
 
   Plan plan;
   plan.file_type = recipe.file_type;
-  for (const gguf::TensorInfo* ti : in.tensors()) {
+  for (const gguf::TensorInfo* ti : tensors) {
     const Kind kind = classify(*ti);
     TensorPlan tp;
     tp.src = ti;
@@ -218,6 +231,7 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
       const std::string& name = ti->name;
       GgmlType want = tp.cls == TensorClass::Experts ? recipe.experts : recipe.dense;
       tp.why = "recipe";
+      tp.by = TensorPlan::By::Recipe;
       for (size_t i = 0; i < rules.size(); ++i)
         if (std::regex_search(name, rules[i].re)) ++raw_hits[i];
       bool matched = false;
@@ -225,6 +239,7 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
         if (std::regex_search(name, rules[i].re)) {
           want = rules[i].type;
           tp.why = "rule '" + rules[i].text + "'";
+          tp.by = TensorPlan::By::UserRule;
           ++hits[i];
           matched = true;
         }
@@ -232,6 +247,7 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
         if (std::regex_search(name, recipe_res[i])) {
           want = recipe.rules[i].second;
           tp.why = "recipe rule '" + recipe.rules[i].first + "'";
+          tp.by = TensorPlan::By::RecipeRule;
           matched = true;
         }
       tp.type = model::fallback_type(want, ti->ne[0]);
@@ -258,6 +274,44 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
       plan.warnings.push_back(strprintf("--tensor-type '%s': every tensor it matches is taken by an earlier rule",
                                         rules[i].text.c_str()));
   }
+  return plan;
+}
+
+}  // namespace
+
+Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<UserRule>& rules) {
+  const std::string& path = in.files().front()->path();
+  const auto arch = in.meta().get_str_opt("general.architecture");
+  std::map<std::string, const model::TensorDef*, std::less<>> defs;
+  model::HParams hp;
+  Classify classify;
+  if (arch && *arch == vision::kArch) classify = mmproj(in);
+  else if (arch && *arch == model::kArch) classify = text_model(in, defs, hp, rules);
+  else
+    fail("%s: general.architecture is '%s', the quantizer handles '%s' models and their '%s' mmproj files", path.c_str(),
+         arch ? arch->c_str() : "(missing)", model::kArch, vision::kArch);
+  return plan_tensors(in.tensors(), classify, recipe, rules);
+}
+
+Plan plan_for_shapes(const model::HParams& hp, const Recipe& recipe, const std::vector<UserRule>& rules) {
+  std::map<std::string, const model::TensorDef*, std::less<>> defs;
+  auto infos = std::make_shared<std::vector<gguf::TensorInfo>>();
+  model::for_each_tensor(hp, [&](const model::TensorRef& r) {
+    defs[r.name] = &r.def;
+    gguf::TensorInfo ti;
+    ti.name = r.name;
+    ti.n_dims = r.shape.n_dims;
+    std::copy(r.shape.ne, r.shape.ne + 4, ti.ne);
+    ti.type = r.def.types == model::TypeRule::KeepF32 || ti.n_dims == 1 ? GgmlType::F32
+              : r.def.types == model::TypeRule::Experts                  ? GgmlType::MXFP4
+                                                                         : GgmlType::BF16;
+    ti.nbytes = row_size(ti.type, ti.ne[0]) * static_cast<uint64_t>(ti.ne[1] * ti.ne[2] * ti.ne[3]);
+    infos->push_back(std::move(ti));
+  });
+  std::vector<const gguf::TensorInfo*> tensors;
+  for (const auto& ti : *infos) tensors.push_back(&ti);
+  Plan plan = plan_tensors(tensors, classify_text(defs, rules), recipe, rules);
+  plan.owned = std::move(infos);
   return plan;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the quality table of docs/quantization.md: every type and recipe on the same synthetic
-# Kimi-K3, without and with an importance matrix collected on a different text.
+# Kimi-K3, without and with an importance matrix collected on a different text, and after each
+# +imatrix row the mix `--target-size` picks for that file's exact size.
 # usage: tests/quantize/quality_table.sh BUILD_DIR WORK_DIR [TYPES...]
 set -euo pipefail
 B=${1:?build dir}; W=${2:?work dir}; shift 2
@@ -29,6 +30,13 @@ for T in $TYPES; do
     "$K3" quantize ev.gguf $f.gguf $T $IM --stats-imatrix ev.imatrix --report $f.json -q >/dev/null
     "$K3" perplexity -m $f.gguf -f eval.txt $PPL --kl-base ev.kl --json $f-ppl.json >/dev/null 2>&1
     row "$tag" $f.json $f-ppl.json
+    if [ -n "$IM" ]; then  # the sized mix with the same bytes and the same matrix
+      bytes=$(stat -c %s $f.gguf); s=ev-$T-sized
+      "$K3" quantize ev.gguf $s.gguf --target-size $bytes $IM --stats-imatrix ev.imatrix --report $s.json -q >/dev/null
+      "$K3" perplexity -m $s.gguf -f eval.txt $PPL --kl-base ev.kl --json $s-ppl.json >/dev/null 2>&1
+      row "--target-size (size of $tag)" $s.json $s-ppl.json
+      rm -f $s.gguf
+    fi
     rm -f $f.gguf
     case $T in Q8_0|MXFP4|MXFP4_MOE) break;; esac  # no weighted search for these types
   done
