@@ -241,8 +241,10 @@ TEST(Mpi, ChatSessionAndRunPromptCacheAcrossProcesses) {
     ASSERT_EQ(t1.size(), 1u) << out1;
     ASSERT_EQ(t2.size(), 1u) << out2;
     EXPECT_GE(t2[0].cached, t1[0].prompt) << who << ": the resumed turn starts from the session\n" << out2;
-    if (std::string(who) == "one") replies = t1[0].text + t2[0].text;
-    else EXPECT_EQ(t1[0].text + t2[0].text, replies) << "the replies under mpirun";
+    // the replies, with the session file's name (it says where it resumed from) aside
+    const std::string both = std::regex_replace(t1[0].text + t2[0].text, std::regex(session), "SESSION");
+    if (std::string(who) == "one") replies = both;
+    else EXPECT_EQ(both, replies) << "the replies under mpirun";
   }
   // k3 run --prompt-cache: the second run reuses the file, with the tokens of one process without it
   const std::string pc = temp_path("run.k3pc"), args = greedy(m) + " --prompt-cache " + pc;
@@ -369,8 +371,8 @@ TEST(Mpi, TrafficModelMatchesCountedExchanges) {
       EXPECT_DOUBLE_EQ(e["messages_per_token"].get<double>(), t.messages()) << what;
       EXPECT_NEAR(e["bytes_per_token"].get<double>(), t.bytes(), hp.n_embd * 4.0) << what;
       EXPECT_GT(t.messages(), 1) << what;
-      if (tp == 2) {
-        EXPECT_LT(t.bytes(), 0.6 * floats.bytes()) << what;  // every share is whole Q8_0 blocks
+      if (tp == 2) {  // every share is whole Q8_0 blocks: the counted bytes are below the floats' by more than the spread
+        EXPECT_LT(e["bytes_per_token"].get<double>(), floats.bytes() - hp.n_embd * 4.0) << what;
       }
     }
   }
