@@ -34,7 +34,8 @@ struct Identity {
 
 class FileError : public Error {
  public:
-  enum Kind { Missing, Foreign, Corrupt, Io, NoSpace };
+  // Partial: this process's file is good, another process of an mpirun job could not use its own
+  enum Kind { Missing, Foreign, Corrupt, Io, NoSpace, Partial };
   FileError(Kind k, const std::string& msg) : Error(msg), kind(k) {}
   Kind kind;
 };

@@ -31,6 +31,7 @@
 #include "cache/disk.h"
 #include "cache/file.h"
 #include "cache/log.h"
+#include "cache/peers.h"
 #include "cache/tree.h"
 #include "model/model.h"
 
@@ -47,6 +48,7 @@ struct Options {
   // prompt's end is always one).
   int64_t snapshot_min_gap = 64;
   Log log;                     // default: warnings on stderr
+  Peers* peers = nullptr;      // under mpirun, the other processes (each keeps its share: peers.h)
   std::function<std::string(int32_t)> token_text;  // for the debug line where a prompt leaves the cache
 };
 
@@ -151,9 +153,10 @@ class PrefixCache {
   PathData path_of(const Tree::Node* n, size_t max_snaps) const;
 
   const model::Model& m_;
-  Layout l_;
-  Identity id_;
   Options o_;
+  Shares shares_;
+  const Layout& l_ = shares_.layout();
+  Identity id_;
   mutable std::mutex mu_;
   Tree tree_;
   uint64_t tick_ = 0;

@@ -12,7 +12,7 @@ namespace k3::cache {
 Layout Layout::of(const model::HParams& hp) {
   Layout l;
   l.row = hp.mla_row();
-  l.n_vocab = hp.n_vocab;
+  l.n_vocab = l.logits = hp.n_vocab;
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     if (hp.attn_kind(il) == model::AttnKind::MLA) {
       l.mla.push_back(il);
@@ -22,6 +22,23 @@ Layout Layout::of(const model::HParams& hp) {
     l.kda.push_back(il);
     l.conv.push_back(3 * D * (hp.ssm_d_conv - 1));
     l.rec.push_back(static_cast<size_t>(hp.n_head[il]) * d * d);
+  }
+  return l;
+}
+
+Layout Layout::of(const model::Model& m, bool logits) {
+  const model::HParams& hp = m.hparams();
+  Layout l;
+  l.row = hp.mla_row();
+  l.n_vocab = hp.n_vocab;
+  l.logits = logits ? hp.n_vocab : 0;
+  const std::vector<model::LayerDims> dims = model::state_dims(hp, m.weights());
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    if (dims[il].kv_row) l.mla.push_back(il);
+    if (!dims[il].rec) continue;
+    l.kda.push_back(il);
+    l.conv.push_back(dims[il].conv);
+    l.rec.push_back(dims[il].rec);
   }
   return l;
 }
@@ -40,6 +57,7 @@ int64_t Layout::default_snapshot_every() const {
 
 uint64_t Layout::hash() const {
   std::vector<uint64_t> v = {row, n_vocab, mla.size(), kda.size()};
+  if (logits != n_vocab) v.push_back(logits);  // a share without logits (files of one process keep their hash)
   for (uint32_t i : mla) v.push_back(i);
   for (size_t j = 0; j < kda.size(); ++j) v.insert(v.end(), {kda[j], conv[j], rec[j]});
   return XXH3_64bits(v.data(), v.size() * sizeof(uint64_t));
@@ -65,7 +83,7 @@ std::shared_ptr<Rows> slice_rows(const Layout& l, const Rows& src, int64_t off, 
 }
 
 std::shared_ptr<Snapshot> take_snapshot(const Layout& l, const model::State& st, std::span<const float> logits) {
-  K3_ASSERT(logits.size() == l.n_vocab);
+  K3_ASSERT(logits.size() == l.logits);
   auto s = std::make_shared<Snapshot>();
   s->pos = st.n_past();
   s->v = Floats(l.snapshot_floats());
@@ -100,7 +118,7 @@ void apply_snapshot(const Layout& l, model::State& st, const Snapshot& s, std::v
     std::copy_n(in + l.conv[j], l.rec[j], ls.rec.data());
     in += l.conv[j] + l.rec[j];
   }
-  if (logits) logits->assign(in, in + l.n_vocab);
+  if (logits) logits->assign(in, in + l.logits);
   st.set_n_past(s.pos);
 }
 

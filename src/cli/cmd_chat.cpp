@@ -113,10 +113,6 @@ static int cmd_chat(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (multinode::active()) {
-    if (!session.empty()) fail("--session: %s", cli::kNoCacheUnderMpi);
-    cache_ram = "0";
-  }
   const Style st{isatty(STDOUT_FILENO) != 0};
   const bool interactive = isatty(STDIN_FILENO) != 0;
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
@@ -160,6 +156,7 @@ static int cmd_chat(int argc, char** argv) {
                                                                 model::state_bytes(m->hparams(), eo.n_ctx))
                                        : cache::parse_size(cache_ram, "--cache-ram");
     co.snapshot_every = cache::Layout::of(m->hparams()).default_snapshot_every();
+    co.peers = multinode::cache_peers();
     if (co.ram_bytes > 0) pc = std::make_unique<cache::PrefixCache>(*m, template_text, cache::compute_of(eo.f16_rule), co);
     else if (!session.empty()) fail("--session keeps cached states: it needs --cache-ram above 0");
   }
@@ -183,7 +180,7 @@ static int cmd_chat(int argc, char** argv) {
   if (!session.empty() && ::access(session.c_str(), F_OK) == 0) {
     cache::PrefixCache::Loaded l;
     try {
-      l = pc->load(session);
+      engine.exclusive([&] { l = pc->load(session); });  // under mpirun every process reads its share
     } catch (const cache::FileError& e) {
       fail("--session: %s (remove the file or name another)", e.what());
     }
@@ -381,7 +378,7 @@ static int cmd_chat(int argc, char** argv) {
       std::vector<int32_t> fed = task->request().prompt;
       fed.insert(fed.end(), all_ids.begin(), all_ids.end());
       try {
-        pc->save(session, cache::Key{fed, {}}, json{{"history", history}, {"system", system_prompt}});
+        engine.exclusive([&] { pc->save(session, cache::Key{fed, {}}, json{{"history", history}, {"system", system_prompt}}); });
       } catch (const std::exception& e) {
         std::printf("(session not saved: %s)\n", e.what());
       }

@@ -73,7 +73,6 @@ static int cmd_run(int argc, char** argv) {
     return app.exit(e);
   }
   if (n_predict < 0) fail("-n must be >= 0");
-  if (multinode::active() && !prompt_cache.empty()) fail("--prompt-cache: %s", cli::kNoCacheUnderMpi);
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   const auto t_load = Clock::now();
@@ -144,12 +143,14 @@ static int cmd_run(int argc, char** argv) {
     cache::Options co;
     co.ram_bytes = INT64_MAX;
     co.snapshot_every = cache::Layout::of(m->hparams()).default_snapshot_every();
+    co.peers = multinode::cache_peers();
     cache::PrefixCache pc(*m, "", cache::compute_of(opt.f16_rule), co);
     if (::access(prompt_cache.c_str(), F_OK) == 0) {
       try {
         pc.load(prompt_cache);
       } catch (const cache::FileError& e) {
-        fail("--prompt-cache: %s (remove the file or name another)", e.what());
+        if (e.kind != cache::FileError::Partial) fail("--prompt-cache: %s (remove the file or name another)", e.what());
+        std::fprintf(stderr, "k3 run: --prompt-cache: %s; starting without it\n", e.what());
       }
     }
     auto seq = pc.begin(cache::Key{prompt_ids, {}});

@@ -89,16 +89,10 @@ static int cmd_serve(int argc, char** argv) {
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");
   if (o.cache_snapshot_every < 0) fail("--cache-snapshot-every must be >= 0");
-  if (multinode::active()) {
-    if (!o.cache_dir.empty() || !o.slot_save_path.empty())
-      fail("%s: %s", o.cache_dir.empty() ? "--slot-save-path" : "--cache-dir", cli::kNoCacheUnderMpi);
-    if (o.cache_ram != "0" && multinode::leader())
-      std::fprintf(stderr, "k3 serve: the prompt cache is off under mpirun (%s)\n", cli::kNoCacheUnderMpi);
-    o.cache_ram = "0";
-  }
   if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
     fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
   o.load_model = [pp](const std::string& path) { return multinode::load(path, pp); };
+  o.cache_peers = multinode::cache_peers;
   o.make_experts = [stream](model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
   };

@@ -29,10 +29,6 @@ model::F16Rule parse_f16_rule(const std::string& s);
 std::string builtin_model_path();
 // --pp K: pipeline stages when started by mpirun (docs/multinode.md).
 void add_pp_flag(CLI::App& app, int& pp);
-// Why the prompt cache (serve, chat --session, run --prompt-cache) is off under mpirun: it copies
-// states in and out on the leader, which holds only its own share of each state.
-inline constexpr const char* kNoCacheUnderMpi =
-    "the prompt cache is not supported under mpirun yet (each process holds only its share of a sequence's state)";
 // The "ranks" array of --json: per process {"rank","host","weight_bytes","rss_bytes","comm_seconds",
 // "messages_per_token", ...} (one entry without mpirun); the counters over the span since `before`
 // (multinode::stats, which every process must call: the leader asks the others).

@@ -82,6 +82,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<float> proj, q, k, v, fa, beta, gate, g, o;
+    std::vector<uint8_t> oq;
   } tls;
   std::vector<float>&proj = tls.proj, &q = tls.q, &k = tls.k, &v = tls.v, &fa = tls.fa, &beta = tls.beta,
                      &gate = tls.gate, &g = tls.g, &o = tls.o;
@@ -164,8 +165,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   trace("kda_gated", o.data(), D);
 
   // 8. output projection over every head
-  gather(ctx, {{o.data(), D, D_all, d}}, T);
-  linear(ctx, w.wo, o.data(), T, out);
+  linear_gathered(ctx, w.wo, o.data(), D, D_all, d, T, out, tls.oq);
   gather(ctx, {{out, H_out, H}}, T);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "model/expert_source.h"
@@ -48,10 +49,12 @@ class ExpertLayer {
 
 // One token (decode): y[j] = down_j situ(gate_j z, up_j z) for the k selected experts, in two
 // parallel regions: the gate and up rows of all k experts (situ applied per chunk of rows, on the
-// thread that produced them, and the quantization of its output too when this process holds every
-// row), then the k down matrices. z is quantized once. Same bits as the per-expert linear() path.
+// thread that produced them, and the quantization of its output too when its blocks are whole
+// here: every row alone, else a share of whole blocks, which then travels quantized), then the k
+// down matrices. z is quantized once (zq: already, gathered so). Same bits as the per-expert
+// linear() path.
 void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
-                       const int32_t* sel, int64_t k, const float* z, int64_t dl, float* y) {
+                       const int32_t* sel, int64_t k, const float* z, const void* zq, int64_t dl, float* y) {
   const int64_t F = w.gate_exps.ne[1], F_all = w.down_exps.ne[0], dl_out = w.down_exps.ne[1];
   thread_local std::vector<float> g, u;                  // [k][F_all] gate (then situ) outputs, [k][F] up
   thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z (per partner type), situ outputs
@@ -63,12 +66,15 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
   mats.resize(k);
   for (int64_t j = 0; j < k; ++j) mats[j] = src.mats(w, sel[j]);
   const ExpertMats& first = mats[0];
-  const void* zg = quantize_activation(first.gate.type, z, dl, zq_gate);
+  const void* zg = zq ? zq : quantize_activation(first.gate.type, z, dl, zq_gate);
   const void* zu = kernels(first.up.type).vec_dot_type == kernels(first.gate.type).vec_dot_type
                        ? zg
                        : quantize_activation(first.up.type, z, dl, zq_up);
   const GgmlType at = kernels(first.down.type).vec_dot_type;
   const size_t aq_row = row_size(at, F_all);
+  // the rows of every process, quantized where they are computed (exchange_format), or floats
+  const GgmlType moved = ctx.group ? exchange_format(at, F_all, 1, ctx.group->placement().tp_size, 1) : at;
+  const size_t aq_local = row_size(at, F);
   aq.resize(static_cast<size_t>(k) * aq_row);
   for (int64_t j = 0; j < k; ++j) {
     const ExpertMats& m = mats[j];
@@ -79,7 +85,10 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
     mv.push_back({m.gate, zg, &g[j * F]});
     mv.push_back({m.up, zu, &u[j * F]});
   }
-  const bool whole = F == F_all;  // else the rows are quantized once gathered
+  // quantized here: every row (F == F_all), or a share of whole blocks (rows [j][aq_local] before
+  // the gather); else once gathered
+  const bool here = at != GgmlType::F32 && (F == F_all || moved == at);
+  const size_t stride = F == F_all ? aq_row : aq_local;
   const int64_t align = type_info(at).block;
   const auto from_float = kernels(at).from_float;
   // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
@@ -88,10 +97,11 @@ void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, c
   matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
     float* a = gp + j * F;
     situ.apply(a + r0, up + j * F + r0, r1 - r0);
-    if (whole && at != GgmlType::F32) from_float(a + r0, aqp + j * aq_row + row_size(at, r0), r1 - r0);
+    if (here) from_float(a + r0, aqp + j * stride + row_size(at, r0), r1 - r0);
   });
-  gather(ctx, {{gp, F, F_all}}, k);
-  if (!whole && at != GgmlType::F32)
+  if (here) gather(ctx, {{aqp, F, F_all, 1, at}}, k);
+  else gather(ctx, {{gp, F, F_all}}, k);
+  if (!here && at != GgmlType::F32)
     par_for(ctx, k, F_all, [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j) from_float(gp + j * F_all, aqp + j * aq_row, F_all);
     });
@@ -127,6 +137,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // sel/wt: [T][k] in selection order. Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, ash, sh;
+    std::vector<uint8_t> zq, shq;
     std::vector<int32_t> sel, idx, used;
     std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
   } tls;
@@ -142,23 +153,38 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   for (auto* v : {&a, &b}) release_if_oversized(*v, T * F_all);
 
   // 1, 6. the products of the layer input, gathered in one exchange: router logits, z = the input
-  // down to the latent (or the input itself), the shared experts' hidden layer
+  // down to the latent (or the input itself), the shared experts' hidden layer; z and the hidden
+  // layer in the formats their products take them (GatheredInput) where they can be
+  const bool one_token = T == 1 && fused_ok(ctx, w);
   scratch_zeros(probs, T * E);
   linear(ctx, w.gate_inp, x, T, probs.data());
   Slice cut[3] = {{probs.data(), w.gate_inp.ne[1], E}};  // this process's rows of each
   size_t n_cut = 1;
   const float* z = x;
+  const void* zq = nullptr;  // z gathered in the experts' input format
   if (hp.latent()) {
     scratch_zeros(zbuf, T * dl);
     linear(ctx, w.routed_down, x, T, zbuf.data());
     z = zbuf.data();
-    cut[n_cut++] = {zbuf.data(), w.routed_down.ne[1], dl};
+    const int64_t local = w.routed_down.ne[1];
+    cut[n_cut] = {zbuf.data(), local, dl};
+    const GgmlType vt = kernels(w.gate_exps.type).vec_dot_type;
+    if (one_token && ctx.group && !ctx.observer && vt == kernels(w.up_exps.type).vec_dot_type &&
+        exchange_format(vt, dl, 1, ctx.group->placement().tp_size, T) == vt) {
+      scratch_size(tls.zq, row_size(vt, dl));
+      kernels(vt).from_float(zbuf.data(), tls.zq.data(), local);
+      cut[n_cut] = {tls.zq.data(), local, dl, 1, vt};
+      zq = tls.zq.data();
+    }
+    ++n_cut;
   }
+  std::optional<GatheredInput> sh_in;  // the shared experts' hidden layer, input of down_shexp
   if (w.gate_shexp) {
     const int64_t sh_all = w.down_shexp.ne[0];
     scratch_zeros(ash, T * sh_all);
     situ_hidden(ctx, situ, w.gate_shexp, w.up_shexp, x, T, ash.data());
-    cut[n_cut++] = {ash.data(), w.gate_shexp.ne[1], sh_all};
+    sh_in.emplace(ctx, w.down_shexp, ash.data(), w.gate_shexp.ne[1], sh_all, 1, T, tls.shq);
+    cut[n_cut++] = sh_in->part();
   }
   gather(ctx, std::span<const Slice>(cut, n_cut), T);
 
@@ -197,7 +223,6 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl_out]
   scratch_zeros(y, T * k * dl_out);
-  const bool one_token = T == 1 && fused_ok(ctx, w);
   used.clear();  // ascending expert ids
   if (one_token) {
     used.assign(sel.begin(), sel.end());  // a token's k experts are distinct
@@ -211,7 +236,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   ExpertLayer src(ctx.experts, il, used, x, T);
   if (one_token) {
-    experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
+    experts_one_token(ctx, situ, w, src, sel.data(), k, z, zq, dl, y.data());
   } else {
     const int64_t whole_rows = w.gate_exps.whole_rows();
     Ctx quiet = ctx;  // the observer is told of the model's matrices, wherever a source serves them from
@@ -268,7 +293,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 11-12. shared experts on the un-projected input
   if (w.gate_shexp) {
     scratch_zeros(sh, T * H_out);
-    linear(ctx, w.down_shexp, ash.data(), T, sh.data());
+    sh_in->product(sh.data());
     trace("ffn_shexp", sh.data(), H_out);
     for (int64_t i = 0; i < T * H_out; ++i) out[i] = out[i] + sh[i];
   }

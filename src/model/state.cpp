@@ -7,13 +7,11 @@
 
 namespace k3::model {
 
-State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror)
-    : n_ctx_(n_ctx), mirror_(mirror) {
-  if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
-  dims_.resize(hp.n_layer);
+std::vector<LayerDims> state_dims(const HParams& hp, const Weights& w) {
+  std::vector<LayerDims> dims(hp.n_layer);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& lw = w.layers[il];
-    Dims& d = dims_[il];
+    LayerDims& d = dims[il];
     if (lw.ssm_a) {  // KDA: this process's heads
       const size_t D = static_cast<size_t>(lw.conv_q.ne[2]), nh = static_cast<size_t>(lw.ssm_a.ne[0]);
       d.conv = 3 * D * (hp.ssm_d_conv - 1);
@@ -22,6 +20,12 @@ State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mi
       d.kv_row = hp.mla_row();
     }
   }
+  return dims;
+}
+
+State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror)
+    : dims_(state_dims(hp, w)), n_ctx_(n_ctx), mirror_(mirror) {
+  if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
   if (mirror_) id_ = mirror_->created();
   reset();
 }
@@ -30,7 +34,7 @@ State::State(const HParams& hp, int64_t n_ctx) : n_ctx_(n_ctx) {
   if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
   dims_.resize(hp.n_layer);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    Dims& d = dims_[il];
+    LayerDims& d = dims_[il];
     if (hp.attn_kind(il) == AttnKind::KDA) {
       d.conv = 3 * static_cast<size_t>(hp.d_inner(il)) * (hp.ssm_d_conv - 1);
       d.rec = static_cast<size_t>(hp.n_head[il]) * hp.kda_head_dim * hp.kda_head_dim;

@@ -30,6 +30,13 @@ class StateMirror {
   virtual void dropped(uint64_t id) = 0;
 };
 
+// Floats of one layer's state: KDA conv window and recurrent state (this process's heads), MLA row
+// width; zeros for a layer another process holds (its pipeline stage's).
+struct LayerDims {
+  size_t conv = 0, rec = 0, kv_row = 0;
+};
+std::vector<LayerDims> state_dims(const HParams& hp, const Weights& w);
+
 class State {
  public:
   // The state of the layers this process holds (weights bound by the loader: its pipeline stage,
@@ -58,10 +65,7 @@ class State {
 
  private:
   friend class Model;
-  struct Dims {
-    size_t conv = 0, rec = 0, kv_row = 0;  // floats
-  };
-  std::vector<Dims> dims_;  // per layer (zeros: a layer another process holds)
+  std::vector<LayerDims> dims_;  // per layer
   int64_t n_ctx_;
   int64_t n_past_ = 0;
   StateMirror* mirror_ = nullptr;

@@ -221,6 +221,17 @@ void Engine::set_last(int slot, std::vector<int32_t> ids) {
   slots_[static_cast<size_t>(slot)]->done = std::move(ids);
 }
 
+void Engine::exclusive(const std::function<void()>& fn) {
+  std::future<void> done;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    jobs_.emplace_back(fn);
+    done = jobs_.back().get_future();
+  }
+  cv_.notify_all();
+  done.get();
+}
+
 void Engine::loop() {
   bool worked = false;
   for (;;) {
@@ -233,7 +244,15 @@ void Engine::loop() {
         lk.lock();
         worked = false;
       }
-      cv_.wait(lk, [&] { return stop_ || active_ > 0 || !queue_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || active_ > 0 || !queue_.empty() || !jobs_.empty(); });
+      while (!jobs_.empty()) {
+        std::packaged_task<void()> job = std::move(jobs_.front());
+        jobs_.pop_front();
+        lk.unlock();
+        job();
+        lk.lock();
+      }
+      if (active_ == 0 && queue_.empty() && !stop_) continue;
       worked = true;
       if (stop_ && active_ == 0 && queue_.empty()) return;
       // Admit waiting tasks into free slots (dropping those cancelled while queued).

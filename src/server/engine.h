@@ -20,6 +20,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -170,6 +172,11 @@ class Engine {
   std::vector<SlotInfo> slots() const;
   void set_last(int slot, std::vector<int32_t> ids);
 
+  // Runs fn on the scheduler thread between two steps; returns once it has run (rethrowing what it
+  // threw). For the prompt cache's files under mpirun: their exchanges with the other processes
+  // must not fall inside a forward pass.
+  void exclusive(const std::function<void()>& fn);
+
  private:
   struct Slot;
   void loop();
@@ -190,6 +197,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::shared_ptr<Task>> queue_;
+  std::deque<std::packaged_task<void()>> jobs_;  // exclusive()
   int active_ = 0;
   bool accepting_ = true, stop_ = false;
   EngineStats st_;

@@ -206,7 +206,7 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
 static std::unique_ptr<cache::PrefixCache> make_cache(const ServerCtx& c, const EngineOptions& eo,
                                                       const std::string& template_text, model::F16Rule rule) {
   const ServerOptions& o = c.opt;
-  const cache::Layout lay = cache::Layout::of(c.model->hparams());
+  const cache::Layout lay = cache::Layout::of(c.model->hparams());  // of the whole state
   const int64_t ram =
       o.cache_ram == "auto"
           ? cache::auto_ram_budget(c.experts ? 0 : cache::mapped_bytes(*c.model),
@@ -219,6 +219,7 @@ static std::unique_ptr<cache::PrefixCache> make_cache(const ServerCtx& c, const 
   }
   cache::Options co;
   co.ram_bytes = ram;
+  co.peers = o.cache_peers ? o.cache_peers() : nullptr;
   co.snapshot_every = o.cache_snapshot_every > 0 ? o.cache_snapshot_every : lay.default_snapshot_every();
   if (!o.cache_dir.empty()) {
     std::error_code ec;

@@ -14,6 +14,10 @@
 #include "model/sampler.h"
 #include "server/http_server.h"
 
+namespace k3::cache {
+class Peers;
+}
+
 namespace k3::server {
 
 struct ServerOptions {
@@ -50,6 +54,8 @@ struct ServerOptions {
   std::function<std::unique_ptr<model::ExpertStore>(model::Model&, uint64_t state_bytes)> make_experts;
   // Loads the model when set (k3 serve under mpirun: this process's share), else Model::load.
   std::function<std::unique_ptr<model::Model>(const std::string&)> load_model;
+  // Under mpirun, the other processes' shares of the prompt cache, once the model is loaded (null: alone).
+  std::function<cache::Peers*()> cache_peers;
 };
 
 struct ServerCtx;
