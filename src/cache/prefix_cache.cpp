@@ -178,7 +178,8 @@ void Sequence::snapshot_here(Key k, const model::State& st, std::span<const floa
 }
 
 int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::span<const int32_t> ids, int64_t n_batch,
-                const model::RunOptions& opt, std::vector<float>& logits) {
+                const model::RunOptions& opt, std::vector<float>& logits,
+                const std::function<void(int64_t, int64_t)>& each_pass) {
   int64_t pos = seq.restore(st, logits);
   const int64_t cached = pos, n = static_cast<int64_t>(ids.size());
   while (pos < n) {
@@ -186,6 +187,7 @@ int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::spa
     const int64_t T = std::min(n_batch > 0 ? n_batch : n, stop - pos);
     const bool at_stop = pos + T == stop;
     m.forward(st, ids.data() + pos, T, opt, at_stop ? model::Logits::Last : model::Logits::None, &logits);
+    if (each_pass) each_pass(pos, T);
     pos += T;
     if (at_stop) seq.reached(pos, st, logits);
   }
@@ -196,7 +198,7 @@ int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::spa
 
 PrefixCache::PrefixCache(const model::Model& m, const std::string& template_text, const std::string& compute,
                          Options o)
-    : m_(m), l_(Layout::of(m.hparams())), id_(identity_of(m, template_text, compute)), o_(std::move(o)), tree_(l_) {
+    : m_(m), l_(Layout::of(m.hparams(), o.side_width)), id_(identity_of(m, template_text, compute)), o_(std::move(o)), tree_(l_) {
   if (!o_.log) o_.log = stderr_log;
   if (o_.ram_bytes < 0) fail("prompt cache: negative RAM budget");
   st_.enabled = enabled();
