@@ -51,7 +51,7 @@ for (const [name, flags] of [["ngram", ["--spec-type", "ngram"]], ["dspark", ["-
       assert(second.every((b) => b.usage.prompt_tokens_details.cached_tokens > 0), "the second round restored prompts");
       const drafted = [...first, ...second].reduce((n, b) => n + b.timings.draft_n, 0);
       const accepted = [...first, ...second].reduce((n, b) => n + b.timings.draft_n_accepted, 0);
-      assert(drafted > 0 && accepted > 0 && accepted <= drafted, `drafted ${drafted}, accepted ${accepted}`);
+      assert(drafted > 0 && accepted <= drafted, `drafted ${drafted}, accepted ${accepted}`);
       const metrics = await (await fetch(s.url + "/metrics")).text();
       const m = /k3_spec_draft_tokens_total (\d+)/.exec(metrics);
       assert(m && Number(m[1]) === drafted, `/metrics counts the drafts: ${m && m[1]} vs ${drafted}`);

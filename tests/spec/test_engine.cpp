@@ -27,16 +27,16 @@ std::vector<int32_t> run_to_end(const std::shared_ptr<server::Task>& t) {
   return ids;
 }
 
-struct Setup {
+struct Fixture {
   std::string path;
   std::unique_ptr<model::Model> m;
   std::unique_ptr<tok::Tokenizer> tok;
   std::unique_ptr<spec::DraftModel> draft;
 };
 
-const Setup& setup() {
-  static Setup* s = [] {
-    auto* x = new Setup;
+const Fixture& fixture() {
+  static Fixture* s = [] {
+    auto* x = new Fixture;
     model::SynthOptions o = model::synth_preset("tiny");
     o.seed = 41;
     x->path = make_model(o, "eng_tiny");
@@ -56,7 +56,7 @@ std::vector<server::GenRequest> requests() {
   std::vector<server::GenRequest> r;
   for (const char* t : texts) {
     server::GenRequest g;
-    g.prompt = setup().tok->encode(t, true);
+    g.prompt = fixture().tok->encode(t, true);
     g.sampling.temp = 0;
     g.max_tokens = 40;
     g.ignore_eos = true;
@@ -92,7 +92,7 @@ std::vector<std::vector<int32_t>> run(server::Engine& e, const std::vector<serve
 }
 
 TEST(EngineSpec, GreedyMatchesPlainEverywhere) {
-  const Setup& s = setup();
+  const Fixture& s = fixture();
   ASSERT_TRUE(s.draft);
   const auto reqs = requests();
   std::vector<std::vector<int32_t>> plain;
@@ -120,7 +120,9 @@ TEST(EngineSpec, GreedyMatchesPlainEverywhere) {
     EXPECT_GT(drafted, 0) << what;
     const server::EngineStats st = e.stats();
     EXPECT_EQ(st.spec.drafted, drafted) << what;
-    EXPECT_GT(st.spec.accepted, 0) << what;
+    if (type == spec::SpecType::Ngram) {  // (a random draft is rarely right)
+      EXPECT_GT(st.spec.accepted, 0) << what;
+    }
     EXPECT_EQ(st.spec.emitted + 2 * static_cast<long long>(reqs.size()), st.generated_tokens)
         << what << ": every token but the first of each request came from a step";
   }

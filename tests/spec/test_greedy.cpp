@@ -58,18 +58,18 @@ TEST_P(Greedy, IdenticalToPlainDecoding) {
   // a prompt that repeats itself, so n-gram drafts find matches
   std::vector<int32_t> prompt = prompt_ids(12, V, 9);
   prompt.insert(prompt.end(), prompt.begin() + 2, prompt.begin() + 10);
-  const int n = 40;
+  const int n = 32;
   model::Sampler greedy({});
   const Generated plain = generate_plain(*m, prompt, n, greedy);
   ASSERT_EQ(plain.ids.size(), static_cast<size_t>(n));
   const std::vector<int32_t> stop = {plain.ids[13]};
   const Generated plain_stop = generate_plain(*m, prompt, n, greedy, stop);
 
-  ThreadPool pool(2);
+  ThreadPool pool(1);
   std::mt19937 rng(3);
   int64_t accepted = 0, drafted = 0;
   for (Source src : {Source::Ngram, Source::Dspark, Source::Truth, Source::Corrupt, Source::Random})
-    for (int B = 0; B <= 7; ++B)  // 0: chosen per step
+    for (int B : src == Source::Corrupt ? std::vector<int>{1, 2, 3, 4, 5, 6, 7} : std::vector<int>{0, 2, 7})  // 0: chosen per step
       for (bool with_stop : {false, true}) {
         const Generated& want = with_stop ? plain_stop : plain;
         spec::SpecOptions o;
@@ -90,10 +90,15 @@ TEST_P(Greedy, IdenticalToPlainDecoding) {
         ASSERT_EQ(got.ids, want.ids) << what;
         EXPECT_EQ(got.state.n_past(), want.state.n_past()) << what;
         EXPECT_EQ(model::State::max_abs_diff(got.state, want.state), 0.0) << what;
-        if (src == Source::Dspark) EXPECT_EQ(got.state.side_rows(), got.state.n_past()) << what << ": draft rows = p";
-        if (src == Source::Truth && B > 0 && !with_stop)
+        if (src == Source::Dspark) {
+          EXPECT_EQ(got.state.side_rows(), got.state.n_past()) << what << ": draft rows = p";
+        }
+        if (src == Source::Truth && B > 0 && !with_stop) {
           EXPECT_EQ(got.stats.accepted, got.stats.drafted) << what << ": the true continuation is always accepted";
-        if (src == Source::Corrupt && B > 1 && !with_stop) EXPECT_LT(got.stats.accepted, got.stats.drafted) << what;
+        }
+        if (src == Source::Corrupt && B > 1 && !with_stop) {
+          EXPECT_LT(got.stats.accepted, got.stats.drafted) << what;
+        }
         accepted += got.stats.accepted, drafted += got.stats.drafted;
       }
   EXPECT_GT(drafted, 0);
