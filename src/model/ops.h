@@ -71,8 +71,9 @@ inline void linear(Ctx& ctx, const Tensor& w, const float* x, int64_t T, float* 
   linear(ctx, w.mat(), x, T, y, w.whole_rows());
 }
 
-// Several products y = W x of T tokens each. For one token they run in one parallel region (each
-// distinct input quantized once); otherwise one linear() each. Same bits as linear() either way.
+// Several products y = W x of T tokens each, in one parallel region (matmul_batch: each distinct
+// input quantized once), which pays where they are small: a decode step, a verify pass, per-head
+// products. Same bits as linear() each.
 struct LinearJob {
   WeightView w;
   const float* x;

@@ -22,19 +22,19 @@ def to_bf16(x):
 
 
 def write_safetensors(path, tensors):
-    """tensors: [(name, shape, uint16 bf16 bits or float32 array)] written in order."""
+    """tensors: [(name, shape, make)] with make() -> uint16 bf16 bits, made and written one at a time."""
     header, off = {}, 0
-    for name, shape, a in tensors:
-        n = a.nbytes
-        header[name] = {"dtype": "BF16" if a.dtype == np.uint16 else "F32", "shape": list(shape), "data_offsets": [off, off + n]}
+    for name, shape, _ in tensors:
+        n = 2 * int(np.prod(shape))
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
         off += n
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(path + ".tmp", "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
-        for _, _, a in tensors:
-            f.write(a.tobytes())
+        for _, _, make in tensors:
+            f.write(make().tobytes())
     os.replace(path + ".tmp", path)
 
 
@@ -117,23 +117,28 @@ def read_gguf_f32(path, names):
 # ---- a synthetic checkpoint (dspark.md §1-§2) ----
 
 def write(args):
-    rng = np.random.default_rng(args.seed)
     H, V, L, nh = args.hidden, args.vocab, args.layers, args.heads
     rq, rkv, dn, dr, dv, F, R = args.q_lora, args.kv_lora, args.nope, args.rope, args.v, args.ff, args.markov_rank
     taps = [int(x) for x in args.taps.split(",")]
     tensors = []
 
+    # each tensor's values come from its own stream (seed, index), generated when it is written
     def mat(name, rows, cols, scale=None):
-        s = scale if scale is not None else 1.0 / math.sqrt(cols)
-        a = np.empty(rows * cols, dtype=np.uint16)
-        step = 1 << 24  # generated in pieces, so real sizes fit in memory
-        for i in range(0, rows * cols, step):
-            k = min(step, rows * cols - i)
-            a[i:i + k] = to_bf16(rng.standard_normal(k, dtype=np.float32) * np.float32(s))
-        tensors.append((name, (rows, cols), a))
+        s, k = scale if scale is not None else 1.0 / math.sqrt(cols), len(tensors)
+
+        def make():
+            r = np.random.default_rng([args.seed, k])
+            a = np.empty(rows * cols, dtype=np.uint16)
+            step = 1 << 24  # in pieces, so real sizes fit in memory
+            for i in range(0, rows * cols, step):
+                m = min(step, rows * cols - i)
+                a[i:i + m] = to_bf16(r.standard_normal(m, dtype=np.float32) * np.float32(s))
+            return a
+        tensors.append((name, (rows, cols), make))
 
     def gain(name, n):
-        tensors.append((name, (n,), to_bf16(1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32))))
+        k = len(tensors)
+        tensors.append((name, (n,), lambda: to_bf16(1.0 + 0.1 * np.random.default_rng([args.seed, k]).standard_normal(n, dtype=np.float32))))
 
     if not args.no_embd:
         mat("embed_tokens.weight", V, H, 1.0)
@@ -142,8 +147,8 @@ def write(args):
     gain("final_norm.weight", H)
     mat("markov_head.markov_w1.weight", V, R, 1.0)
     mat("markov_head.markov_w2.weight", V, R, args.markov_scale / math.sqrt(R))
-    tensors.append(("confidence_head.proj.weight", (1, H + R), to_bf16(rng.standard_normal(H + R, dtype=np.float32))))
-    tensors.append(("confidence_head.proj.bias", (1,), to_bf16(np.zeros(1, dtype=np.float32))))
+    mat("confidence_head.proj.weight", 1, H + R)
+    tensors.append(("confidence_head.proj.bias", (1,), lambda: to_bf16(np.zeros(1, dtype=np.float32))))
     for l in range(L):
         p = f"layers.{l}."
         gain(p + "input_layernorm.weight", H)
