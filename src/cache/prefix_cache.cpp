@@ -177,7 +177,8 @@ void Sequence::snapshot_here(Key k, const model::State& st, std::span<const floa
 }
 
 int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::span<const int32_t> ids, int64_t n_batch,
-                const model::RunOptions& opt, std::vector<float>& logits) {
+                const model::RunOptions& opt, std::vector<float>& logits,
+                const std::function<void(int64_t, int64_t)>& each_pass) {
   int64_t pos = seq.restore(st, logits);
   const int64_t cached = pos, n = static_cast<int64_t>(ids.size());
   while (pos < n) {
@@ -185,6 +186,7 @@ int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::spa
     const int64_t T = std::min(n_batch > 0 ? n_batch : n, stop - pos);
     const bool at_stop = pos + T == stop;
     m.forward(st, ids.data() + pos, T, opt, at_stop ? model::Logits::Last : model::Logits::None, &logits);
+    if (each_pass) each_pass(pos, T);
     pos += T;
     if (at_stop) seq.reached(pos, st, logits);
   }
@@ -198,7 +200,7 @@ PrefixCache::PrefixCache(const model::Model& m, const std::string& template_text
                          Options o)
     : m_(m),
       o_(std::move(o)),
-      shares_(Layout::of(m, true), o_.peers),
+      shares_(Layout::of(m, true, o_.side_width), o_.peers),
       id_(identity_of(m, template_hash(template_text), compute)),
       tree_(shares_) {
   if (!o_.log) o_.log = stderr_log;

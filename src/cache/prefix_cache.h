@@ -50,6 +50,7 @@ struct Options {
   Log log;                     // default: warnings on stderr
   Peers* peers = nullptr;      // under mpirun, the other processes (each keeps its share: peers.h)
   std::function<std::string(int32_t)> token_text;  // for the debug line where a prompt leaves the cache
+  size_t side_width = 0;  // State::side floats per position cached with the MLA rows (a draft's context rows)
 };
 
 struct CacheStats {
@@ -98,10 +99,12 @@ class Sequence {
 };
 
 // Model::prefill through the cache: restores, then forward passes of at most n_batch tokens that
-// stop at every snapshot position; logits become the last prompt token's. Returns the tokens
-// restored (not processed).
+// stop at every snapshot position; logits become the last prompt token's; each_pass(first, n)
+// after the pass over ids[first, first + n) (before a snapshot there). Returns the tokens restored
+// (not processed).
 int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::span<const int32_t> ids, int64_t n_batch,
-                const model::RunOptions& opt, std::vector<float>& logits);
+                const model::RunOptions& opt, std::vector<float>& logits,
+                const std::function<void(int64_t, int64_t)>& each_pass = nullptr);
 
 class PrefixCache {
  public:

@@ -25,14 +25,22 @@ class Peers;
 struct Layout {
   std::vector<uint32_t> mla, kda;   // layer indices by kind
   size_t row = 0;                   // floats per MLA row: r_kv + d_pe
+  size_t side = 0;                  // floats per position of State::side (a draft's context rows), or 0
   std::vector<size_t> conv, rec;    // floats per KDA layer (same order as kda)
   size_t n_vocab = 0;
   size_t logits = 0;                // floats of logits in a snapshot: n_vocab, 0 where none are kept
 
-  static Layout of(const model::HParams& hp);
+  static Layout of(const model::HParams& hp, size_t side_width = 0);
   // The state m's process holds; a snapshot keeps the logits when `logits` (the leader's).
-  static Layout of(const model::Model& m, bool logits);
-  size_t row_floats() const { return mla.size() * row; }  // MLA floats per token, all layers
+  static Layout of(const model::Model& m, bool logits, size_t side_width = 0);
+  // Per-position rows come in parts: each MLA layer's, then the side rows.
+  size_t parts() const { return mla.size() + (side ? 1 : 0); }
+  size_t width(size_t j) const { return j < mla.size() ? row : side; }
+  std::vector<float>& rows_of(model::State& st, size_t j) const { return j < mla.size() ? st.layers[mla[j]].kv : st.side; }
+  const std::vector<float>& rows_of(const model::State& st, size_t j) const {
+    return j < mla.size() ? st.layers[mla[j]].kv : st.side;
+  }
+  size_t row_floats() const { return mla.size() * row + side; }  // floats per token, all parts
   size_t kda_floats() const;                              // every KDA conv + recurrent state
   size_t snapshot_floats() const { return kda_floats() + logits; }
   // The default --cache-snapshot-every: the power of two nearest to the tokens whose MLA rows weigh
@@ -73,7 +81,7 @@ class PeerId {
   uint64_t id_ = 0;
 };
 
-// MLA rows of n consecutive positions, every MLA layer: [mla layer][n][row].
+// The rows of n consecutive positions, part by part: [mla layer][n][row], then [n][side].
 struct Rows {
   int64_t n = 0;
   Floats v;
@@ -91,7 +99,7 @@ struct Snapshot {
   const float* logits(const Layout& l) const { return v.data() + l.kda_floats(); }
 };
 
-// Rows [a, b) of st's MLA caches.
+// Rows [a, b) of st's MLA caches (and side rows).
 std::shared_ptr<Rows> copy_rows(const Layout& l, const model::State& st, int64_t a, int64_t b);
 // Rows [off, off + n) of r.
 std::shared_ptr<Rows> slice_rows(const Layout& l, const Rows& r, int64_t off, int64_t n);

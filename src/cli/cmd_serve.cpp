@@ -79,12 +79,16 @@ static int cmd_serve(int argc, char** argv) {
                  "TESTS ONLY: a JSON array of model outputs, one per generation request in order (docs/server.md)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::SpecFlags specf;
+  cli::add_spec_flags(app, specf);
   cli::add_pp_flag(app, pp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.spec = cli::spec_options(specf);
+  o.draft_path = specf.draft;
   if (o.api_key.empty())
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");

@@ -103,35 +103,19 @@ void linear_gathered(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t
 }
 
 void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T) {
-  bool fused = T == 1;
-  for (size_t i = 0; i < n; ++i)
-    if (jobs[i].w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx) fused = false;
-  if (!fused) {
+  bool amx = false;
+  for (size_t i = 0; i < n; ++i) amx |= jobs[i].w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx;
+  if (amx) {  // (the rule may apply to some: each its own way)
     for (size_t i = 0; i < n; ++i) linear(ctx, jobs[i].w, jobs[i].x, T, jobs[i].y, jobs[i].whole_rows);
     return;
   }
-  // Quantized inputs, reused by later jobs with the same input and partner format.
-  thread_local std::vector<std::vector<uint8_t>> bufs;
-  thread_local std::vector<Matvec> mv;
-  if (bufs.size() < n) bufs.resize(n);
-  mv.clear();
+  thread_local std::vector<MatmulJob> mj;
+  mj.clear();
   for (size_t i = 0; i < n; ++i) {
-    const LinearJob& j = jobs[i];
-    if (ctx.observer) ctx.observer->on_matmul(j.w, j.x, 1);
-    const GgmlType vt = kernels(j.w.type).vec_dot_type;
-    const void* xq = nullptr;
-    for (size_t p = 0; p < i && !xq; ++p)
-      if (jobs[p].x == j.x && kernels(jobs[p].w.type).vec_dot_type == vt) xq = mv[p].xq;
-    if (!xq) {
-      const int64_t block = std::max(type_info(j.w.type).block, type_info(vt).block);
-      if (j.w.ne0 <= 0 || j.w.ne0 % block != 0 || j.w.nb1 < row_size(j.w.type, j.w.ne0))
-        fail("linear: %s weight with ne0 = %lld, row stride %zu (ne0 must be a positive multiple of %lld)",
-             type_info(j.w.type).name, static_cast<long long>(j.w.ne0), j.w.nb1, static_cast<long long>(block));
-      xq = quantize_activation(j.w.type, j.x, j.w.ne0, bufs[i]);
-    }
-    mv.push_back({j.w, xq, j.y});
+    if (ctx.observer) ctx.observer->on_matmul(jobs[i].w, jobs[i].x, T);
+    mj.push_back({jobs[i].w, jobs[i].x, jobs[i].y});
   }
-  matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
+  matmul_batch(mj.data(), mj.size(), T, ctx.pool);
 }
 
 namespace ops {

@@ -97,8 +97,9 @@ class GatheredInput {
 void linear_gathered(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t full, int64_t unit, int64_t T,
                      float* y, std::vector<uint8_t>& q);
 
-// Several products y = W x of T tokens each. For one token they run in one parallel region (each
-// distinct input quantized once); otherwise one linear() each. Same bits as linear() either way.
+// Several products y = W x of T tokens each, in one parallel region (matmul_batch: each distinct
+// input quantized once), which pays where they are small: a decode step, a verify pass, per-head
+// products. Same bits as linear() each.
 struct LinearJob {
   WeightView w;
   const float* x;

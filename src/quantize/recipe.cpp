@@ -4,10 +4,12 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <memory>
 
 #include "common/error.h"
 #include "model/hparams.h"
 #include "model/registry.h"
+#include "spec/draft_file.h"
 #include "tensor/quant_ref.h"
 #include "vision/model.h"
 
@@ -145,6 +147,7 @@ struct Kind {
   const char* keep_why = "keep f32";
   TensorClass cls = TensorClass::KeepF32;
   const model::TensorDef* def = nullptr;
+  bool per_head = false;  // a draft's attn_k_b / attn_v_b: F32, F16, BF16 or Q8_0
 };
 
 using Classify = std::function<Kind(const gguf::TensorInfo&)>;
@@ -208,6 +211,35 @@ Classify mmproj(const gguf::Model& in) {
   };
 }
 
+// A DSpark draft (dspark.md §3.2): gains stay F32; the 2-D matrices are quantized like dense
+// ones; attn_k_b / attn_v_b take only F32, F16, BF16 or Q8_0, so any other type becomes Q8_0 there.
+Classify dspark(const gguf::Model& in) {
+  const std::string& path = in.files().front()->path();
+  spec::DraftParams p;
+  try {
+    p = spec::DraftParams::from_metadata(in.meta());
+  } catch (const Error& e) {
+    fail("%s: %s", path.c_str(), e.what());
+  }
+  spec::bind_draft(in, p);  // every tensor present, expected and of the right shape
+  auto rules = std::make_shared<std::map<std::string, spec::DraftRule, std::less<>>>();
+  for (const spec::DraftTensor& d : spec::draft_tensors(p)) (*rules)[d.name] = d.rule;
+  return [rules](const gguf::TensorInfo& ti) {
+    Kind k;
+    const spec::DraftRule r = rules->at(ti.name);
+    if (r == spec::DraftRule::F32) {
+      k.keep = true;
+      k.keep_why = "keep f32 (draft gain)";
+      return k;
+    }
+    k.per_head = r == spec::DraftRule::PerHead;
+    k.cls = ti.name == "token_embd.weight" ? TensorClass::Embedding
+            : ti.name.find("attn_") != std::string::npos ? TensorClass::Attention
+                                                         : TensorClass::Ffn;
+    return k;
+  };
+}
+
 // Every tensor's type, in the given order.
 Plan plan_tensors(const std::vector<const gguf::TensorInfo*>& tensors, const Classify& classify, const Recipe& recipe,
                   const std::vector<UserRule>& rules) {
@@ -251,6 +283,10 @@ Plan plan_tensors(const std::vector<const gguf::TensorInfo*>& tensors, const Cla
           matched = true;
         }
       tp.type = model::fallback_type(want, ti->ne[0]);
+      if (kind.per_head && !spec::draft_type_allowed(spec::DraftRule::PerHead, tp.type, ti->ne[0], nullptr)) {
+        tp.type = ti->ne[0] % 32 == 0 ? GgmlType::Q8_0 : GgmlType::F16;
+        tp.why += strprintf(", %s (a draft's per-head matrices take f32, f16, bf16 or q8_0)", type_name(tp.type));
+      }
       if (tp.type != want)
         tp.why += strprintf(", fallback %s -> %s (ne0 %lld)", type_name(want), type_name(tp.type),
                             static_cast<long long>(ti->ne[0]));
@@ -287,9 +323,11 @@ Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<Us
   Classify classify;
   if (arch && *arch == vision::kArch) classify = mmproj(in);
   else if (arch && *arch == model::kArch) classify = text_model(in, defs, hp, rules);
+  else if (arch && *arch == spec::kDraftArch) classify = dspark(in);
   else
-    fail("%s: general.architecture is '%s', the quantizer handles '%s' models and their '%s' mmproj files", path.c_str(),
-         arch ? arch->c_str() : "(missing)", model::kArch, vision::kArch);
+    fail("%s: general.architecture is '%s', the quantizer handles '%s' models, their '%s' mmproj files and '%s' "
+         "drafts",
+         path.c_str(), arch ? arch->c_str() : "(missing)", model::kArch, vision::kArch, spec::kDraftArch);
   return plan_tensors(in.tensors(), classify, recipe, rules);
 }
 

@@ -48,6 +48,7 @@ struct ServerCtx {
   std::string template_origin;                    // built-in | gguf | file path
   std::unique_ptr<vision::Vision> vision;         // --mmproj
   int32_t media_pad = -1;                          // <|media_pad|> (-1: not in the vocabulary)
+  std::unique_ptr<spec::DraftModel> draft;       // -md (DSpark speculative decoding)
   std::unique_ptr<cache::PrefixCache> cache;      // null with --cache-ram 0
   std::unique_ptr<Engine> engine;
   std::unique_ptr<TestScript> script;             // --test-script

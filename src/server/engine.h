@@ -31,6 +31,7 @@
 
 #include "model/model.h"
 #include "model/sampler.h"
+#include "spec/speculator.h"
 #include "tensor/threadpool.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/prompt.h"
@@ -74,6 +75,7 @@ struct TaskTimes {
   double gen_ms = 0;     // first token -> end
   int32_t n_prompt = 0, n_gen = 0;
   int32_t n_cached = 0;  // prompt tokens restored from the prompt cache (not processed)
+  int32_t n_draft = 0, n_draft_accepted = 0;  // speculative decoding: drafts verified, accepted
 };
 
 // One generation, shared by the HTTP handler that submitted it and the scheduler.
@@ -125,6 +127,10 @@ struct EngineOptions {
   model::F16Rule f16_rule = model::F16Rule::Round;
   model::ExpertSource* experts = nullptr;  // routed experts streamed from disk (null: mapped)
   cache::PrefixCache* cache = nullptr;     // reuse across requests (null: none)
+  // Speculative decoding (src/spec) for every sampled request; the cache's side width must be
+  // the draft's (cache::Options::side_width) when a DSpark draft is given.
+  spec::SpecOptions spec;
+  const spec::DraftModel* draft = nullptr;
 };
 
 struct EngineStats {
@@ -136,6 +142,7 @@ struct EngineStats {
   long long first_tokens = 0;                                     // count of ttft_seconds
   long long steps = 0;
   long long forwards = 0, batch_sequences = 0, batch_tokens = 0;  // batch width = batch_sequences / forwards
+  spec::SpecStats spec;  // over finished requests
 };
 
 class Engine {
@@ -182,8 +189,9 @@ class Engine {
   void loop();
   void step();
   void start(Slot& s);  // restores from the prompt cache
-  void advance(Slot& s, const model::Segment& seg);
+  void advance(Slot& s, const model::Segment& seg, int64_t row0);
   void sample(Slot& s);
+  void verify(Slot& s, int64_t row0);  // a speculative step's candidates, emitted up to a stop
   void retry_alone(const std::vector<Slot*>& seqs, const std::vector<model::Segment>& batch,
                    const model::RunOptions& opt);
   void release(Slot& s, Finish f, const std::string& error = {});
@@ -192,6 +200,7 @@ class Engine {
   const tok::Tokenizer& tok_;
   EngineOptions o_;
   ThreadPool pool_;
+  spec::Drafting drafting_;
   std::vector<std::unique_ptr<Slot>> slots_;
 
   mutable std::mutex mu_;

@@ -13,6 +13,7 @@
 #include "model/expert_store.h"
 #include "model/sampler.h"
 #include "server/http_server.h"
+#include "spec/speculator.h"
 
 namespace k3::cache {
 class Peers;
@@ -49,6 +50,9 @@ struct ServerOptions {
   std::string cache_ram = "auto", cache_dir, cache_disk = "auto", slot_save_path;
   int64_t cache_snapshot_every = 0;  // 0: from the model (cache::Layout::default_snapshot_every)
   bool verbose = false;
+  // Speculative decoding (src/spec): the options and the DSpark draft GGUF ("" for n-gram or none).
+  spec::SpecOptions spec;
+  std::string draft_path;
   // Streams routed experts from disk when set (k3 serve --expert-cache): called once with the model.
   // state_bytes: every slot's state at the full context. May return null (experts stay mapped).
   std::function<std::unique_ptr<model::ExpertStore>(model::Model&, uint64_t state_bytes)> make_experts;

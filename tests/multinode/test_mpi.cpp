@@ -428,7 +428,7 @@ pid_t rank_pid(const std::string& tag, int rank) {
   return -1;
 }
 
-// Kills rank 1 of 3 in the middle of a generation: every process is gone within 10 s and the
+// Kills rank 1 of 3 in the middle of a generation: every process is gone within 30 s and the
 // job's error names the rank.
 void kill_one_rank(Net net) {
   const std::string tag = std::to_string(getpid()) + "-" + net_name(net)[0];
@@ -443,30 +443,40 @@ void kill_one_rank(Net net) {
   }
   unsetenv("K3_TEST_TAG");
   ASSERT_GT(job, 0);
-  // generating: text arrives
-  for (int i = 0; i < 600 && (!fs::exists(out) || fs::file_size(out) < 64); ++i)
+  int status = 0;
+  auto end_job = [&] {  // nothing of the job outlives the test, whatever failed
+    kill(job, SIGKILL);
+    waitpid(job, &status, 0);
+    for (pid_t p : tagged(tag)) kill(p, SIGKILL);
+  };
+  // generating: text arrives (three processes start and load the model first: minutes on a busy machine)
+  for (int i = 0; i < 6000 && (!fs::exists(out) || fs::file_size(out) < 64) && waitpid(job, &status, WNOHANG) == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_GE(fs::file_size(out), 64u) << "no generation started";
+  if (!fs::exists(out) || fs::file_size(out) < 64) {
+    end_job();
+    FAIL() << "no generation started (" << net_name(net) << ")";
+  }
   for (int r : {0, 2}) EXPECT_GT(rank_pid(tag, r), 0) << "rank " << r;
   const pid_t victim = rank_pid(tag, 1);
-  ASSERT_GT(victim, 0);
+  if (victim <= 0) {
+    end_job();
+    FAIL() << "no rank 1 found (" << net_name(net) << ")";
+  }
   const auto t0 = std::chrono::steady_clock::now();
   kill(victim, SIGKILL);
-  int status = 0;
   bool ended = false;
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+  // The deadline is what is tested, set loosely enough for a busy machine (about 1 s when idle).
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
     if (!ended && waitpid(job, &status, WNOHANG) == job) ended = true;
     if (ended && tagged(tag).empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!ended) {
-    kill(job, SIGKILL);
-    waitpid(job, &status, 0);
-  }
+  const bool all_gone = ended && tagged(tag).empty();
+  if (!ended) end_job();
   for (pid_t p : tagged(tag)) kill(p, SIGKILL);
-  EXPECT_TRUE(ended && tagged(tag).empty()) << "still running after " << s << " s (" << net_name(net) << ")";
-  EXPECT_LE(s, 10.0);
+  EXPECT_TRUE(all_gone) << "still running after " << s << " s (" << net_name(net) << ")";
+  EXPECT_LE(s, 30.0);
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job reported success";
   std::ifstream f(err);
   const std::string text((std::istreambuf_iterator<char>(f)), {});
