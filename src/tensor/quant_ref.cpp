@@ -74,6 +74,8 @@ bool can_quantize(GgmlType t) {
   }
 }
 
+bool requires_imatrix(GgmlType t) { return t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ1_S; }
+
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
   if (!can_quantize(t)) fail("quantize: type %s cannot be written", type_name(t));
   check_row(t, n_per_row);
