@@ -52,9 +52,16 @@ std::vector<Recipe> make_recipes() {
       plain(T::Q4_0, 2, "4.5 bpw"),
       plain(T::IQ4_XS, 30, "4.25 bpw (fallback IQ4_NL)"),
       plain(T::IQ4_NL, 25, "4.5 bpw"),
+      plain(T::NVFP4, 39, "4.5 bpw (fallback MXFP4)"),
       plain(T::MXFP4, 38, "4.25 bpw, every matrix MXFP4"),
       plain(T::Q3_K, 11, "3.44 bpw (fallback Q4_0)"),
+      plain(T::IQ3_S, 26, "3.44 bpw (fallback IQ4_NL)"),
+      plain(T::IQ3_XXS, 23, "3.06 bpw (fallback IQ4_NL)"),
       plain(T::Q2_K, 10, "2.63 bpw (fallback Q4_0)"),
+      plain(T::Q2_0, 41, "2.25 bpw (fallback Q4_0)"),
+      plain(T::TQ2_0, 37, "2.06 bpw, ternary (fallback Q4_0)"),
+      plain(T::TQ1_0, 36, "1.69 bpw, ternary (fallback Q4_0)"),
+      plain(T::Q1_0, 40, "1.13 bpw, one bit and a scale per 128 (fallback Q4_0)"),
   };
   r.push_back({"MXFP4_MOE", T::Q8_0, T::MXFP4, {{kKbVb, T::BF16}}, 38,
                "MXFP4 routed experts (lossless from the checkpoint), Q8_0 everything else"});

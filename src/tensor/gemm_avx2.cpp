@@ -10,6 +10,7 @@
 
 #include "tensor/blocks.h"
 #include "tensor/gemm.h"
+#include "tensor/iq3_grids.h"
 
 namespace k3 {
 namespace {

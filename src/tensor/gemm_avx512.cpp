@@ -13,6 +13,7 @@
 
 #include "tensor/blocks.h"
 #include "tensor/gemm.h"
+#include "tensor/iq3_grids.h"
 
 namespace k3 {
 namespace {
@@ -128,8 +129,10 @@ struct Bf16Gemm {
 // as fast, prefill 1.07x (docs/performance.md).
 
 #include "tensor/simd256_block32.inc"
+#include "tensor/simd256_lowbit.inc"
 #include "tensor/gemm_block32.inc"
 #include "tensor/gemm_lanes.inc"
+#include "tensor/gemm_lowbit.inc"
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
@@ -274,6 +277,14 @@ constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
 constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
 constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW, KDot>>();
+// The types of simd256_lowbit.inc: their 256-bit forms, as their vec_dot.
+constexpr GemmKernel kQ10 = block32_kernel<Q10B>();
+constexpr GemmKernel kQ20 = block32_kernel<Q20B>();
+constexpr GemmKernel kNvfp4 = nvfp4_kernel();
+constexpr GemmKernel kTq1 = unpacked<KQuantGemm<Tq1W, TqDot>>();
+constexpr GemmKernel kTq2 = unpacked<KQuantGemm<Tq2W, TqDot>>();
+constexpr GemmKernel kIq3xxs = unpacked<KQuantGemm<Iq3xxsW, Iq3Dot>>();
+constexpr GemmKernel kIq3s = unpacked<KQuantGemm<Iq3sW, Iq3Dot>>();
 
 }  // namespace
 
@@ -296,6 +307,13 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q5_K: return &kQ5K;
     case GgmlType::Q6_K: return &kQ6K;
+    case GgmlType::Q1_0: return &kQ10;
+    case GgmlType::Q2_0: return &kQ20;
+    case GgmlType::NVFP4: return &kNvfp4;
+    case GgmlType::TQ1_0: return &kTq1;
+    case GgmlType::TQ2_0: return &kTq2;
+    case GgmlType::IQ3_XXS: return &kIq3xxs;
+    case GgmlType::IQ3_S: return &kIq3s;
     default: return nullptr;
   }
 }

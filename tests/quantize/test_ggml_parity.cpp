@@ -81,9 +81,11 @@ std::vector<float> make_imatrix(int64_t n, uint32_t seed) {
   return w;
 }
 
-const GgmlType kAllTypes[] = {GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
-                              GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,
-                              GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const GgmlType kAllTypes[] = {GgmlType::F16,   GgmlType::BF16,  GgmlType::Q4_0,    GgmlType::Q4_1,   GgmlType::Q5_0,
+                              GgmlType::Q5_1,  GgmlType::Q8_0,  GgmlType::Q2_K,    GgmlType::Q3_K,   GgmlType::Q4_K,
+                              GgmlType::Q5_K,  GgmlType::Q6_K,  GgmlType::MXFP4,   GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                              GgmlType::Q1_0,  GgmlType::Q2_0,  GgmlType::TQ1_0,   GgmlType::TQ2_0,  GgmlType::NVFP4,
+                              GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 
 struct Case {
   Data data;

@@ -17,8 +17,9 @@ namespace {
 
 using T = GgmlType;
 
-const T kTypes[] = {T::F32,  T::F16,  T::BF16, T::Q8_0, T::Q4_0, T::Q5_0,  T::IQ4_NL,
-                     T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS};
+const T kTypes[] = {T::F32,   T::F16,  T::BF16, T::Q8_0,  T::Q4_0,  T::Q5_0,  T::IQ4_NL,  T::MXFP4,
+                    T::Q2_K,  T::Q3_K, T::Q4_K, T::Q5_K,  T::Q6_K,  T::IQ4_XS, T::Q1_0,   T::Q2_0,
+                    T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S};
 
 struct Case {
   int64_t n, rows, tokens;

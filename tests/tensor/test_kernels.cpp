@@ -2,11 +2,13 @@
 // kernel of every ISA this CPU has against the scalar one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "codebooks.h"
 #include "common/error.h"
 #include "ggml_cpu_oracle.h"
 #include "tensor/blocks.h"
@@ -20,8 +22,9 @@ namespace {
 using T = GgmlType;
 using Bytes = std::vector<uint8_t>;
 
-const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
-                          T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16,  T::Q4_0,  T::Q4_1,    T::Q5_0,  T::Q5_1, T::Q8_0,
+                          T::Q2_K, T::Q3_K, T::Q4_K,  T::Q5_K,  T::Q6_K,    T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                          T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S};
 const T kActTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K};
 
 // Quantized dots whose SIMD forms evaluate the scalar reference's float operations in its order, so
@@ -29,7 +32,8 @@ const T kActTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K};
 // the 32-element block types (simd256_block32.inc, at every level).
 bool order_exact(T t) {
   return t == T::Q2_K || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K || t == T::IQ4_XS ||
-         t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4;
+         t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4 || t == T::Q1_0 ||
+         t == T::Q2_0 || t == T::NVFP4 || t == T::TQ1_0 || t == T::TQ2_0 || t == T::IQ3_XXS || t == T::IQ3_S;
 }
 bool is_float(T t) { return t == T::F32 || t == T::F16 || t == T::BF16; }
 
@@ -47,6 +51,9 @@ uint16_t h16(float f) { return fp32_to_fp16(f); }
 std::vector<int> f16_fields(T t) {
   switch (t) {
     case T::Q4_0: case T::Q5_0: case T::Q8_0: case T::IQ4_NL: case T::IQ4_XS: return {0};
+    case T::Q1_0: case T::Q2_0: case T::IQ3_XXS: case T::IQ3_S: return {0};
+    case T::TQ1_0: return {52};
+    case T::TQ2_0: return {64};
     case T::Q4_1: case T::Q5_1: case T::Q4_K: case T::Q5_K: return {0, 2};
     case T::Q2_K: return {80, 82};
     case T::Q3_K: return {108};
@@ -56,6 +63,12 @@ std::vector<int> f16_fields(T t) {
 }
 
 void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// The UE4M3 byte whose halved value is 2^e (e clamped to -10..7: subnormals 1, 2, 4 below -7).
+uint8_t nvfp4_pow2(int e) {
+  e = std::clamp(e, -10, 7);
+  return static_cast<uint8_t>(e < -7 ? 1 << (e + 10) : (e + 8) << 3);
+}
 
 // How weights and activations are drawn.
 // Random: uniform code bytes, random finite scales (float order matters: compare with tolerance).
@@ -94,6 +107,11 @@ struct Gen {
       uint8_t* p = b.data() + off;
       if (t == T::MXFP4) {
         p[0] = static_cast<uint8_t>(m == Mode::Random ? uni(110, 135) : m == Mode::Pow2 ? e2 + 127 : uni(1, 200));
+        continue;
+      }
+      if (t == T::NVFP4) {  // UE4M3: Pow2 the code of 2^e2 halved (e2 in -10..7), Extreme any byte
+        for (int s = 0; s < 4; ++s)
+          p[s] = static_cast<uint8_t>(m == Mode::Random ? uni(0x20, 0x50) : m == Mode::Pow2 ? nvfp4_pow2(e2) : uni(0, 255));
         continue;
       }
       const std::vector<int> f = f16_fields(t);
@@ -192,7 +210,8 @@ TEST(Kernels, TableAndVecDotTypes) {
       {T::F32, T::F32},   {T::F16, T::F16},   {T::BF16, T::BF16}, {T::Q4_0, T::Q8_0},   {T::Q4_1, T::Q8_1},
       {T::Q5_0, T::Q8_0}, {T::Q5_1, T::Q8_1}, {T::Q8_0, T::Q8_0}, {T::Q2_K, T::Q8_K},   {T::Q3_K, T::Q8_K},
       {T::Q4_K, T::Q8_K}, {T::Q5_K, T::Q8_K}, {T::Q6_K, T::Q8_K}, {T::MXFP4, T::Q8_0},  {T::IQ4_NL, T::Q8_0},
-      {T::IQ4_XS, T::Q8_K}};
+      {T::IQ4_XS, T::Q8_K}, {T::Q1_0, T::Q8_0}, {T::Q2_0, T::Q8_0}, {T::NVFP4, T::Q8_0}, {T::TQ1_0, T::Q8_K},
+      {T::TQ2_0, T::Q8_K}, {T::IQ3_XXS, T::Q8_K}, {T::IQ3_S, T::Q8_K}};
   for (Isa isa : kAllIsas) {
     for (auto [t, vdt] : expect) {
       const QuantKernels& k = kernels(t, isa);
@@ -301,8 +320,9 @@ TEST(KernelsSimd, FromFloatExact) {
 
 TEST(KernelsSimd, ToFloatExact) {
   Gen gen(4);
-  const T kAll[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1,  T::Q5_0,   T::Q5_1,   T::Q8_0, T::Q8_1,
-                    T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K,  T::Q8_K,   T::MXFP4,  T::IQ4_NL, T::IQ4_XS};
+  const T kAll[] = {T::F32,  T::F16,  T::BF16,  T::Q4_0,  T::Q4_1,  T::Q5_0,    T::Q5_1,  T::Q8_0,   T::Q8_1,
+                    T::Q2_K, T::Q3_K, T::Q4_K,  T::Q5_K,  T::Q6_K,  T::Q8_K,    T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                    T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S};
   for (Isa isa : simd_isas()) {
     for (T t : kAll) {
       for (int64_t n : row_lengths(t)) {
@@ -342,6 +362,7 @@ TEST(KernelsSimd, VecDotExactPow2) {
             const size_t bb = type_info(t).block_bytes;
             for (size_t off = 0; off < w2.size(); off += bb) {
               if (t == T::MXFP4) w2[off] = wp[off];
+              if (t == T::NVFP4) std::memcpy(&w2[off], &wp[off], 4);
               for (int f : f16_fields(t)) std::memcpy(&w2[off + f], &wp[off + f], 2);
             }
             EXPECT_EQ(dot(t, Isa::Scalar, w2, a, n), dot(t, isa, w2, a, n)) << isa_name(isa) << " " << type_name(t) << " n " << n;
@@ -466,6 +487,51 @@ TEST(KernelsSimd, Mxfp4RowsAllExponents) {
           ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float))) << isa_name(isa) << " rows() e " << e << " r " << r << " t " << k;
           ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float))) << isa_name(isa) << " tile e " << e << " r " << r << " t " << k;
         }
+    }
+  }
+}
+
+// Every codebook entry, sign pattern, scale code and code byte of the types with a codebook or a
+// small code space (codebooks.h) through every form of every ISA: vec_dot, the decode rows and the
+// tiles, against the scalar vec_dot bit for bit (a power-of-two block scale; NVFP4 every scale byte).
+TEST(KernelsSimd, CodebooksExhaustive) {
+  Gen gen(12);
+  const int64_t n = 2048, toks = 3;
+  for (T t : test::kCodebookTypes) {
+    const std::vector<uint8_t> w = test::codebook_blocks(t, fp32_to_fp16(0.25f));
+    const size_t wrow = row_size(t, n);
+    const int64_t rows = static_cast<int64_t>(w.size() / wrow);
+    const T at = kernels(t, Isa::Scalar).vec_dot_type;
+    const size_t arow = row_size(at, n);
+    Bytes a;
+    for (int64_t k = 0; k < toks; ++k) {
+      const Bytes ak = gen.acts(at, n, k == 2 ? Mode::Extreme : Mode::Pow2, -3);
+      a.insert(a.end(), ak.begin(), ak.end());
+    }
+    std::vector<float> want(rows * toks);
+    for (int64_t k = 0; k < toks; ++k)
+      for (int64_t r = 0; r < rows; ++r)
+        kernels(t, Isa::Scalar).vec_dot(n, &want[k * rows + r], w.data() + r * wrow, a.data() + k * arow);
+    for (Isa isa : simd_isas()) {
+      int64_t bad = 0;
+      std::vector<float> got(rows * toks, NAN);
+      for (int64_t k = 0; k < toks; ++k)
+        for (int64_t r = 0; r < rows; ++r) kernels(t, isa).vec_dot(n, &got[k * rows + r], w.data() + r * wrow, a.data() + k * arow);
+      bad += std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
+      const GemmKernel* g = gemm_kernel(t, isa);
+      ASSERT_NE(g, nullptr) << isa_name(isa) << " " << type_name(t);
+      const size_t ps = g->packed_size(n);
+      Bytes packed(ps * toks);
+      for (int64_t k = 0; k < toks; ++k) g->pack(a.data() + k * arow, packed.data() + k * ps, n);
+      std::fill(got.begin(), got.end(), NAN);
+      g->run(n, w.data(), wrow, rows, ps ? packed.data() : a.data(), ps ? ps : arow, toks, got.data(), rows);
+      bad += std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
+      if (g->rows) {
+        std::fill(got.begin(), got.end(), NAN);
+        for (int64_t k = 0; k < toks; ++k) g->rows(n, w.data(), wrow, rows, packed.data() + k * ps, &got[k * rows]);
+        bad += std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
+      }
+      EXPECT_EQ(bad, 0) << isa_name(isa) << " " << type_name(t);
     }
   }
 }

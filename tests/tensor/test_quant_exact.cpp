@@ -162,10 +162,11 @@ std::vector<float> make_imatrix(Rng& r, int64_t n, bool zero_block) {
 // Elements per data set and row size: 16Ki (about 6 s for all types), 32x more with K3_EXHAUSTIVE=1.
 int64_t row_elements() { return std::getenv("K3_EXHAUSTIVE") ? 1 << 19 : 1 << 14; }
 
-const GgmlType kQuantTypes[] = {GgmlType::F32,  GgmlType::F16,   GgmlType::BF16,   GgmlType::Q4_0,
-                                GgmlType::Q4_1, GgmlType::Q5_0,  GgmlType::Q5_1,   GgmlType::Q8_0,
-                                GgmlType::Q2_K, GgmlType::Q3_K,  GgmlType::Q4_K,   GgmlType::Q5_K,
-                                GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const GgmlType kQuantTypes[] = {GgmlType::F32,   GgmlType::F16,   GgmlType::BF16,    GgmlType::Q4_0,   GgmlType::Q4_1,
+                                GgmlType::Q5_0,  GgmlType::Q5_1,  GgmlType::Q8_0,    GgmlType::Q2_K,   GgmlType::Q3_K,
+                                GgmlType::Q4_K,  GgmlType::Q5_K,  GgmlType::Q6_K,    GgmlType::MXFP4,  GgmlType::IQ4_NL,
+                                GgmlType::IQ4_XS, GgmlType::Q1_0, GgmlType::Q2_0,    GgmlType::TQ1_0,  GgmlType::TQ2_0,
+                                GgmlType::NVFP4, GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 
 std::string type_param_name(const testing::TestParamInfo<GgmlType>& p) { return k3::type_name(p.param); }
 
@@ -284,15 +285,26 @@ double rel_rmse(GgmlType t, const std::vector<float>& x, int64_t rows, int64_t n
 // D = 2*amax/2^b and error RMS D/sqrt(12); with amax ~ 2.5 sigma for Gaussian blocks of 16-32
 // that is ~1.45 * 2^-b of sigma. The bound allows twice that: 3 * 2^-b. The non-uniform
 // codebooks get the b of their grid density: MXFP4's E2M1 (3 magnitude bits + sign, power-of-two
-// scale) b = 3; IQ4 b = 4. F16 / BF16 round each value: 2^-11 / 2^-8 relative.
+// scale) b = 3, the IQ3 grids b = 3; IQ4 b = 4. NVFP4 b = 2: ggml's layout has no tensor scale,
+// so blocks of small values (|x| ≲ 0.05, rows of σ 1e-3 here) get UE4M3's 3-bit subnormal scales.
+// The 1-bit, 2-bit and ternary types, whose one scale per block leaves most values of a Gaussian
+// block on one or two levels, b = 1.
+// F16 / BF16 round each value: 2^-11 / 2^-8 relative.
 double error_bound(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return 0;
     case GgmlType::F16: return std::ldexp(1.0, -11);
     case GgmlType::BF16: return std::ldexp(1.0, -8);
-    case GgmlType::Q2_K: return 3 * std::ldexp(1.0, -2);
+    case GgmlType::Q1_0:
+    case GgmlType::Q2_0:
+    case GgmlType::TQ1_0:
+    case GgmlType::TQ2_0: return 3 * std::ldexp(1.0, -1);
+    case GgmlType::Q2_K:
+    case GgmlType::NVFP4: return 3 * std::ldexp(1.0, -2);
     case GgmlType::Q3_K:
-    case GgmlType::MXFP4: return 3 * std::ldexp(1.0, -3);
+    case GgmlType::MXFP4:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: return 3 * std::ldexp(1.0, -3);
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
     case GgmlType::Q4_K:
@@ -311,9 +323,11 @@ class RoundTrip : public testing::TestWithParam<GgmlType> {};
 
 TEST_P(RoundTrip, ErrorWithinBound) {
   const GgmlType t = GetParam();
-  // The float types, Q8_0 and MXFP4 ignore an importance matrix (their bytes are checked above).
-  const bool weighted =
-      t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::Q8_0 && t != GgmlType::MXFP4;
+  // The float types, Q8_0, MXFP4, NVFP4, the 1-, 2-bit and ternary types ignore an importance
+  // matrix (their bytes are checked above).
+  const bool weighted = t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::Q8_0 &&
+                        t != GgmlType::MXFP4 && t != GgmlType::NVFP4 && t != GgmlType::Q1_0 && t != GgmlType::Q2_0 &&
+                        t != GgmlType::TQ1_0 && t != GgmlType::TQ2_0;
   const int64_t n = 3584, rows = 8;
   for (const bool heavy : {false, true}) {
     const Dataset& ds = kDatasets[heavy ? 1 : 0];

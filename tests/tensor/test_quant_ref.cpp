@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "common/error.h"
+#include "codebooks.h"
 #include "ggml_ref.h"
 #include "tensor/fp16.h"
+#include "tensor/iq3_grids.h"
 #include "tensor/quant_ref.h"
 
 namespace {
@@ -97,6 +99,42 @@ float spec_value(GgmlType t, const uint8_t* b, int e) {
       const float dl = f16_at(b, 0) * static_cast<float>(ls - 32);
       return dl * static_cast<float>(IQ4NL[nib(b + 8 + 16 * sb, j)]);
     }
+    // docs/formats.md
+    case GgmlType::Q1_0: return (b[2 + e / 8] >> (e % 8)) & 1 ? f16_at(b, 0) : -f16_at(b, 0);
+    case GgmlType::Q2_0: return static_cast<float>(((b[2 + e / 4] >> (2 * (e % 4))) & 3) - 1) * f16_at(b, 0);
+    case GgmlType::TQ2_0: return static_cast<float>(((b[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3) - 1) * f16_at(b, 64);
+    case GgmlType::TQ1_0: {
+      // base-3 digits, most significant first: byte = ceil(v·256/243) of the 5-digit value v
+      const int byte = e < 160 ? b[e % 32] : e < 240 ? b[32 + (e - 160) % 16] : b[48 + (e - 240) % 4];
+      const int k = e < 160 ? e / 32 : e < 240 ? (e - 160) / 16 : (e - 240) / 4;
+      const int v = byte * 243 / 256;  // the 5-digit value the byte encodes
+      int digit = v;
+      for (int i = k; i < 4; ++i) digit /= 3;
+      return static_cast<float>(digit % 3 - 1) * f16_at(b, 52);
+    }
+    case GgmlType::NVFP4: {
+      const int s = e / 16, j = e % 16, x = b[s];
+      const int ex = (x >> 3) & 15, m = x & 7;
+      const double scale = x == 0x7F ? 0 : ex == 0 ? m * std::ldexp(1.0, -9) : (8 + m) * std::ldexp(1.0, ex - 10);
+      const int q = j < 8 ? b[4 + 8 * s + j] & 15 : b[4 + 8 * s + j - 8] >> 4;
+      return static_cast<float>(E2M1x2[q] * 0.5 * scale);
+    }
+    case GgmlType::IQ3_XXS: {
+      const int sb = e / 32, j = e % 32;
+      const uint32_t sas = b[66 + 4 * sb] | b[67 + 4 * sb] << 8 | b[68 + 4 * sb] << 16 | static_cast<uint32_t>(b[69 + 4 * sb]) << 24;
+      const uint32_t s7 = (sas >> (7 * (j / 8))) & 127;
+      const bool neg = j % 8 == 7 ? __builtin_popcount(s7) % 2 : (s7 >> (j % 8)) & 1;
+      const float db = f16_at(b, 0) * (0.5f + static_cast<float>(sas >> 28)) * 0.5f;
+      const float v = db * static_cast<float>((k3::kIq3xxsGrid[b[2 + 8 * sb + j / 4]] >> (8 * (j % 4))) & 255);
+      return neg ? -v : v;
+    }
+    case GgmlType::IQ3_S: {
+      const int sb = e / 32, j = e % 32;
+      const int index = b[2 + 8 * sb + j / 4] | ((b[66 + sb] >> (j / 4)) & 1) << 8;
+      const float db = f16_at(b, 0) * static_cast<float>(1 + 2 * ((b[106 + sb / 2] >> (4 * (sb % 2))) & 15));
+      const float v = db * static_cast<float>((k3::kIq3sGrid[index] >> (8 * (j % 4))) & 255);
+      return (b[74 + 4 * sb + j / 8] >> (j % 8)) & 1 ? -v : v;
+    }
     default: ADD_FAILURE() << "no formula for " << k3::type_name(t); return 0;
   }
 }
@@ -108,7 +146,13 @@ std::vector<int> f16_fields(GgmlType t) {
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: return {0};
+    case GgmlType::IQ4_XS:
+    case GgmlType::Q1_0:
+    case GgmlType::Q2_0:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: return {0};
+    case GgmlType::TQ1_0: return {52};
+    case GgmlType::TQ2_0: return {64};
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
     case GgmlType::Q8_1:
@@ -141,7 +185,9 @@ std::vector<uint8_t> random_blocks(GgmlType t, int nblocks, std::mt19937& rng) {
 
 const GgmlType kDequantTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,  GgmlType::Q5_1,   GgmlType::Q8_0,
                                   GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K,  GgmlType::Q4_K,   GgmlType::Q5_K,
-                                  GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+                                  GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                  GgmlType::Q1_0, GgmlType::Q2_0, GgmlType::TQ1_0, GgmlType::TQ2_0, GgmlType::NVFP4,
+                                  GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 
 std::string type_param_name(const testing::TestParamInfo<GgmlType>& p) { return k3::type_name(p.param); }
 
@@ -344,6 +390,65 @@ TEST(DequantHand, Mxfp4Exhaustive) {
   EXPECT_EQ(bad, 0);
 }
 
+// Every codebook entry, sign pattern, scale code and code byte (codebooks.h), against ggml bit for bit.
+TEST(DequantHand, CodebooksExhaustive) {
+  REQUIRE_GGML(g);
+  for (GgmlType t : k3::test::kCodebookTypes) {
+    const std::vector<uint8_t> blocks = k3::test::codebook_blocks(t, 0x3800);  // d = 0.5
+    const auto& ti = k3::type_info(t);
+    const int64_t n = static_cast<int64_t>(blocks.size() / ti.block_bytes) * ti.block;
+    std::vector<float> got(n), want(n);
+    ref::dequantize_row(t, blocks.data(), got.data(), n);
+    g->dequantize(t)(blocks.data(), want.data(), n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += k3::f32_bits(got[i]) != k3::f32_bits(want[i]);
+    EXPECT_EQ(bad, 0) << k3::type_name(t) << ": of " << n << " elements";
+  }
+}
+
+TEST(DequantHand, LowBit) {
+  // Q1_0, d = 0.5: bit 0 of byte 0 set -> +0.5, bit 1 clear -> -0.5; element 127: bit 7 of byte 15.
+  std::vector<uint8_t> q1(18, 0);
+  q1[1] = 0x38, q1[2] = 0x01, q1[17] = 0x80;
+  auto y = deq(GgmlType::Q1_0, q1);
+  EXPECT_EQ(y[0], 0.5f);
+  EXPECT_EQ(y[1], -0.5f);
+  EXPECT_EQ(y[127], 0.5f);
+  // Q2_0, d = 2: byte 0 = 0b11100100 -> codes 0, 1, 2, 3 -> -2, 0, 2, 4.
+  std::vector<uint8_t> q2(18, 0x55);
+  q2[0] = 0x00, q2[1] = 0x40, q2[2] = 0xE4;
+  y = deq(GgmlType::Q2_0, q2);
+  EXPECT_EQ(y[0], -2.f);
+  EXPECT_EQ(y[1], 0.f);
+  EXPECT_EQ(y[2], 2.f);
+  EXPECT_EQ(y[3], 4.f);
+  // TQ1_0, d = 1: the digits 2, 0, 1, 2, 1 (value 2·81 + 0·27 + 1·9 + 2·3 + 1 = 178) in byte 0 are
+  // stored as ceil(178·256/243) = 188 and decode to elements 0, 32, 64, 96, 128 = 1, -1, 0, 1, 0.
+  std::vector<uint8_t> t1(54, 0);
+  t1[0] = 188, t1[53] = 0x3C;
+  y = deq(GgmlType::TQ1_0, t1);
+  EXPECT_EQ(y[0], 1.f);
+  EXPECT_EQ(y[32], -1.f);
+  EXPECT_EQ(y[64], 0.f);
+  EXPECT_EQ(y[96], 1.f);
+  EXPECT_EQ(y[128], 0.f);
+  // TQ2_0, d = 0.5: qs[33] = 0b00100100 -> elements 129, 161, 193 (codes 0, 1, 2) = -0.5, 0, 0.5.
+  std::vector<uint8_t> t2(66, 0);
+  t2[33] = 0x24, t2[65] = 0x38;
+  y = deq(GgmlType::TQ2_0, t2);
+  EXPECT_EQ(y[129], -0.5f);
+  EXPECT_EQ(y[161], 0.f);
+  EXPECT_EQ(y[193], 0.5f);
+  // NVFP4: sub-block 1 scale 0x38 (exponent 7, mantissa 0: 1.0); its byte 0 = 0x7A -> element 16
+  // code 0xA -> E2M1 -1, element 24 code 7 -> 6. Sub-block 0 scale 0x01 (subnormal 2^-9) times E2M1 0.5.
+  std::vector<uint8_t> nv(36, 0);
+  nv[0] = 0x01, nv[1] = 0x38, nv[4] = 0x01, nv[12] = 0x7A;
+  y = deq(GgmlType::NVFP4, nv);
+  EXPECT_EQ(y[16], -1.f);
+  EXPECT_EQ(y[24], 6.f);
+  EXPECT_EQ(y[0], std::ldexp(0.5f, -9));
+}
+
 // Float rows through the dispatcher: F32 copied, F16 / BF16 widened (conversions: test_fp16.cpp).
 TEST(DequantHand, FloatRows) {
   const float f32[2] = {1.5f, -0.f};
@@ -365,6 +470,8 @@ TEST(DequantHand, RejectsBadRows) {
   std::vector<uint8_t> x(1024);
   EXPECT_THROW(ref::dequantize_row(GgmlType::Q4_K, x.data(), y.data(), 32), k3::Error);
   EXPECT_THROW(ref::dequantize_row(GgmlType::IQ2_XXS, x.data(), y.data(), 256), k3::Error);
+  EXPECT_THROW(ref::dequantize_row(GgmlType::NVFP4, x.data(), y.data(), 32), k3::Error);
+  EXPECT_THROW(ref::quantize_rows(GgmlType::Q1_0, y.data(), x.data(), 1, 64, nullptr), k3::Error);
   EXPECT_THROW(ref::quantize_rows(GgmlType::Q8_K, y.data(), x.data(), 1, 256, nullptr), k3::Error);
   EXPECT_THROW(ref::quantize_rows(GgmlType::Q4_0, y.data(), x.data(), 1, 48, nullptr), k3::Error);
 }
