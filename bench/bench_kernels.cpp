@@ -38,7 +38,10 @@ using T = GgmlType;
 
 const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
                           T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
-                          T::Q8_0_LANES, T::MXFP4_LANES};
+                          T::Q8_0_LANES, T::MXFP4_LANES, T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0,
+                          T::IQ3_XXS, T::IQ3_S};
+// The types of docs/formats.md, for their tile benchmarks.
+const T kLowBitTypes[] = {T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S};
 constexpr int64_t kRow = 7168;  // K3 hidden size: one row in L1/L2
 
 std::vector<Isa> isas() {
@@ -515,7 +518,9 @@ void register_all() {
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("prefetch_ab/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_prefetch_ab, t, isa)
             ->Arg(1)->Arg(2)->UseManualTime()->Iterations(12)->Unit(benchmark::kMillisecond);
-  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K})
+  std::vector<T> gemm_types = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K};
+  gemm_types.insert(gemm_types.end(), std::begin(kLowBitTypes), std::end(kLowBitTypes));
+  for (T t : gemm_types)
     for (Isa isa : isas())
       for (bool tiled : {true, false}) {
         if (isa == Isa::Scalar) continue;

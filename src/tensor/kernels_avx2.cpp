@@ -2,6 +2,7 @@
 // Only file-local code here (kernels_impl.h explains why).
 #include <immintrin.h>
 
+#include <array>
 #include <cstring>
 #include <utility>
 

@@ -5,6 +5,7 @@
 // Only file-local code here (kernels_impl.h explains why).
 #include "tensor/avx512.h"
 
+#include <array>
 #include <cstring>
 #include <utility>
 

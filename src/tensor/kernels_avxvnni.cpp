@@ -2,6 +2,7 @@
 // when kernels.cpp finds the CPUID bit. Only file-local code here (kernels_impl.h explains why).
 #include <immintrin.h>
 
+#include <array>
 #include <cstring>
 #include <utility>
 
