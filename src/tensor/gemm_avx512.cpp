@@ -283,8 +283,8 @@ constexpr GemmKernel kQ20 = block32_kernel<Q20B>();
 constexpr GemmKernel kNvfp4 = nvfp4_kernel();
 constexpr GemmKernel kTq1 = unpacked<KQuantGemm<Tq1W, TqDot>>();
 constexpr GemmKernel kTq2 = unpacked<KQuantGemm<Tq2W, TqDot>>();
-constexpr GemmKernel kIq3xxs = unpacked<KQuantGemm<Iq3Decode<Iq3xxsW>, Iq3Dot>>();
-constexpr GemmKernel kIq3s = unpacked<KQuantGemm<Iq3Decode<Iq3sW>, Iq3Dot>>();
+constexpr GemmKernel kIq3xxs = iq3_kernel<Iq3xxsW>();
+constexpr GemmKernel kIq3s = iq3_kernel<Iq3sW>();
 
 }  // namespace
 

@@ -28,6 +28,15 @@ uint8_t pack_trits(const int* t) {
   for (int k = 0; k < 5; ++k) q = q * 3 + static_cast<unsigned>(t[k]);
   return static_cast<uint8_t>((q * 256 + 242) / 243);
 }
+
+// Codes stored as value + 1, one f16 scale a block of QK.
+template <int QK, class Block, int (*code)(const Block&, int)>
+void dequantize_offset_codes(const Block* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK; ++i, y += QK) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int e = 0; e < QK; ++e) y[e] = static_cast<float>(code(x[i], e) - 1) * d;
+  }
+}
 }  // namespace
 
 void dequantize_row_q1_0(const block_q1_0* x, float* y, int64_t n) {
@@ -38,24 +47,13 @@ void dequantize_row_q1_0(const block_q1_0* x, float* y, int64_t n) {
 }
 
 void dequantize_row_q2_0(const block_q2_0* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / QK2_0; ++i, y += QK2_0) {
-    const float d = fp16_to_fp32(x[i].d);
-    for (int j = 0; j < QK2_0; ++j) y[j] = static_cast<float>(q2_0_code(x[i], j) - 1) * d;
-  }
+  dequantize_offset_codes<QK2_0, block_q2_0, q2_0_code>(x, y, n);
 }
-
 void dequantize_row_tq1_0(const block_tq1_0* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
-    const float d = fp16_to_fp32(x[i].d);
-    for (int e = 0; e < QK_K; ++e) y[e] = static_cast<float>(tq1_0_code(x[i], e) - 1) * d;
-  }
+  dequantize_offset_codes<QK_K, block_tq1_0, tq1_0_code>(x, y, n);
 }
-
 void dequantize_row_tq2_0(const block_tq2_0* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
-    const float d = fp16_to_fp32(x[i].d);
-    for (int e = 0; e < QK_K; ++e) y[e] = static_cast<float>(tq2_0_code(x[i], e) - 1) * d;
-  }
+  dequantize_offset_codes<QK_K, block_tq2_0, tq2_0_code>(x, y, n);
 }
 
 // d = mean |x| of the block; bit j set where x_j >= 0 (so -0 too).
