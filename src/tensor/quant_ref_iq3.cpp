@@ -3,6 +3,7 @@
 // without an importance matrix, byte for byte (their search, its neighbour tables and its quirks).
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cfloat>
 #include <vector>
 
@@ -164,6 +165,22 @@ void weights(float sigma2, const float* xb, const float* qw, float* w, float* sw
   for (int i = 0; i < 32; ++i) sw[i] = std::sqrt(w[i]);
 }
 
+// The magnitudes of 8 elements and their sign bits (bit i set where x_i is not ≥ 0).
+uint8_t magnitudes(const float* x, float* xval) {
+  uint8_t s = 0;
+  for (int i = 0; i < 8; ++i) {
+    xval[i] = x[i] >= 0 ? x[i] : -x[i];
+    if (!(x[i] >= 0)) s |= static_cast<uint8_t>(1 << i);
+  }
+  return s;
+}
+
+float max_of(const float* xval) {
+  float max = xval[0];
+  for (int i = 1; i < 32; ++i) max = max > xval[i] ? max : xval[i];
+  return max;
+}
+
 void quantize_block_iq3_xxs(const float* xbl, block_iq3_xxs& y, const float* qw) {
   const Iq3Grid& g = grid_xxs();
   uint8_t* idx = y.qs;
@@ -177,14 +194,8 @@ void quantize_block_iq3_xxs(const float* xbl, block_iq3_xxs& y, const float* qw)
     weights(sigma2, xb, qw ? qw + 32 * ib : nullptr, w, sw);
     uint8_t signs[4];
     for (int k = 0; k < 4; ++k) {
-      int nflip = 0;
-      uint8_t s = 0;
-      for (int i = 0; i < 8; ++i) {
-        const float v = xb[8 * k + i];
-        xval[8 * k + i] = v >= 0 ? v : -v;
-        if (!(v >= 0)) ++nflip, s |= static_cast<uint8_t>(1 << i);
-      }
-      if (nflip % 2) {  // an odd count: the element of least w·x² takes the other sign
+      uint8_t s = magnitudes(xb + 8 * k, xval + 8 * k);
+      if (std::popcount(s) % 2) {  // an odd count: the element of least w·x² takes the other sign
         int imin = 0;
         float min = w[8 * k] * xb[8 * k] * xb[8 * k];
         for (int i = 1; i < 8; ++i) {
@@ -196,8 +207,7 @@ void quantize_block_iq3_xxs(const float* xbl, block_iq3_xxs& y, const float* qw)
       }
       signs[k] = s & 127;
     }
-    float max = xval[0];
-    for (int i = 1; i < 32; ++i) max = max > xval[i] ? max : xval[i];
+    const float max = max_of(xval);
     if (max < 1e-8f) {
       scales[ib] = 0;
       continue;
@@ -241,17 +251,8 @@ void quantize_block_iq3_s(const float* xbl, block_iq3_s& y, const float* qw) {
     float w[32], sw[32], xval[32];
     weights(sigma2, xb, qw ? qw + 32 * ib : nullptr, w, sw);
     uint8_t bsigns[4];
-    for (int k = 0; k < 4; ++k) {
-      uint8_t s = 0;
-      for (int i = 0; i < 8; ++i) {
-        const float v = xb[8 * k + i];
-        xval[8 * k + i] = v >= 0 ? v : -v;
-        if (!(v >= 0)) s |= static_cast<uint8_t>(1 << i);
-      }
-      bsigns[k] = s;
-    }
-    float max = xval[0];
-    for (int i = 1; i < 32; ++i) max = max > xval[i] ? max : xval[i];
+    for (int k = 0; k < 4; ++k) bsigns[k] = magnitudes(xb + 8 * k, xval + 8 * k);
+    const float max = max_of(xval);
     if (!max) {
       scales[ib] = 0;
       continue;
