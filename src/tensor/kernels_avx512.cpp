@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "tensor/blocks.h"
+#include "tensor/iq_grids.h"
 #include "tensor/kernels_impl.h"
 
 namespace k3 {

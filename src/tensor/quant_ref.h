@@ -16,6 +16,9 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n);
 // Returns bytes written. Throws k3::Error for a type it cannot produce.
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 bool can_quantize(GgmlType t);
+// Whether ggml's quantizer for t needs an importance matrix (ggml_quantize_requires_imatrix:
+// IQ2_XXS, IQ2_XS, IQ1_S); quantize_rows refuses t without one.
+bool requires_imatrix(GgmlType t);
 
 // Per-type dequantizers: n elements, a multiple of the block size (not checked here).
 void dequantize_row_f16(const uint16_t* x, float* y, int64_t n);
@@ -37,6 +40,13 @@ void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
 void dequantize_row_mxfp4_lanes(const block_mxfp4x8* x, float* y, int64_t n);
 void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
 void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
+void dequantize_row_iq2_xxs(const block_iq2_xxs* x, float* y, int64_t n);
+void dequantize_row_iq2_xs(const block_iq2_xs* x, float* y, int64_t n);
+void dequantize_row_iq2_s(const block_iq2_s* x, float* y, int64_t n);
+void dequantize_row_iq1_s(const block_iq1_s* x, float* y, int64_t n);
+void dequantize_row_iq1_m(const block_iq1_m* x, float* y, int64_t n);
+// The f16 super-block scale of an IQ1_M block (the top nibbles of its four scale words).
+uint16_t iq1_m_scale(const block_iq1_m& b);
 
 // Per-type quantizers of ONE row of n elements (n a multiple of the block size), as
 // ggml_quantize_chunk writes it. qw: the row's importance weights (n floats) or null; types
@@ -56,6 +66,12 @@ void quantize_row_q6_K(const float* x, block_q6_K* y, int64_t n, const float* qw
 void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n);
 void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n, const float* qw);
 void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, int64_t n, const float* qw);
+// The lattice types; IQ2_XXS, IQ2_XS and IQ1_S throw k3::Error without qw.
+void quantize_row_iq2_xxs(const float* x, block_iq2_xxs* y, int64_t n, const float* qw);
+void quantize_row_iq2_xs(const float* x, block_iq2_xs* y, int64_t n, const float* qw);
+void quantize_row_iq2_s(const float* x, block_iq2_s* y, int64_t n, const float* qw);
+void quantize_row_iq1_s(const float* x, block_iq1_s* y, int64_t n, const float* qw);
+void quantize_row_iq1_m(const float* x, block_iq1_m* y, int64_t n, const float* qw);
 
 // Activation types, ggml's reference rounding (roundf / nearest_int), not the SIMD one (§4, §10).
 // Q8_K leaves bsums of an all-zero block untouched, as ggml does.
