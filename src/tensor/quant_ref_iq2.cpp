@@ -163,32 +163,37 @@ uint8_t group_signs(const float* x, const float* weight, bool even, float* xval)
   return s;
 }
 
-// The per-type part of the shared IQ2 search (kind: 0 IQ2_XXS, 1 IQ2_XS, 2 IQ2_S).
+// The per-type part of the shared IQ2 search (kIq2: IQ2_XXS, IQ2_XS, IQ2_S).
 struct Iq2Kind {
   int group;        // values per scale: 32 (XXS) or 16
   bool even_signs;  // 7 stored sign bits, the 8th by parity (XXS, XS)
+  bool xxs;         // trials around make_qp_quants' scale, then every group rounded again (XXS)
   float eps;
   float sigma_mul;  // sigma2 = sigma_mul · mean x²
 };
-constexpr Iq2Kind kIq2[3] = {{32, true, GROUP_MAX_EPS, 1.f}, {16, true, GROUP_MAX_EPS, 1.f}, {16, false, GROUP_MAX_EPS_IQ2_S, 2.f}};
+constexpr Iq2Kind kIq2[3] = {{32, true, true, GROUP_MAX_EPS, 1.f},
+                             {16, true, false, GROUP_MAX_EPS, 1.f},
+                             {16, false, false, GROUP_MAX_EPS_IQ2_S, 2.f}};
 
-// One scale group (32 or 16 values) of an IQ2 super-block: its levels L, sign bytes and scale
-// (0 for an all-zero group). Returns false for a group ggml skips (max below eps; L all zero).
+// One scale group (32 or 16 values) of an IQ2 super-block: its levels L, sign bytes and scale.
 struct GroupResult {
   int8_t L[32];
   uint8_t signs[4];
   float scale;
 };
 
-bool quantize_iq2_group(const Lattice& lat, const Iq2Kind& k, bool xxs, const float* xb, const float* weight, GroupResult& r) {
+// docs/formats.md, "IQ2_XXS, IQ2_XS, IQ2_S quantizers", steps 1-5. Returns false for a group ggml
+// skips (its fields stay zero).
+bool quantize_iq2_group(const Lattice& lat, const Iq2Kind& k, const float* xb, const float* weight, GroupResult& r) {
   const int n = k.group, ng = n / 8;
+  const bool xxs = k.xxs;
   float xval[32] = {}, waux[32];
   for (int i = 0; i < n; ++i) waux[i] = std::sqrt(weight[i]);
   for (int g = 0; g < ng; ++g) r.signs[g] = group_signs(xb + 8 * g, weight + 8 * g, k.even_signs, xval + 8 * g);
   if (k.even_signs)
     for (int g = 0; g < ng; ++g) r.signs[g] &= 127;
   float max = xval[0];
-  for (int i = 1; i < n; ++i) max = std::max(max, xval[i]);
+  for (int i = 1; i < n; ++i) max = max > xval[i] ? max : xval[i];
   std::memset(r.L, 0, sizeof r.L);
   r.scale = 0;
   if (max < k.eps) return false;
@@ -196,8 +201,7 @@ bool quantize_iq2_group(const Lattice& lat, const Iq2Kind& k, bool xxs, const fl
   constexpr int kMaxQ = 3;
   int8_t Laux[32];
   bool on_grid[4] = {true, true, true, true}, on_aux[4];
-  float best = 0, scale;
-  float eff_max;
+  float best = 0, scale, eff_max;
   int is_lo, is_hi;
   if (xxs) {  // IQ2_XXS starts from make_qp_quants' scale and searches around its largest point
     uint8_t Lqp[32];
@@ -253,7 +257,7 @@ int final_index(const Lattice& lat, const int8_t* L) { return std::max(0, lat.in
 // Returns false (and d = 0) when every scale is zero.
 bool scale_codes(const float* scales, int n, float& d, int* codes) {
   float max_scale = 0;
-  for (int i = 0; i < n; ++i) max_scale = std::max(max_scale, scales[i]);
+  for (int i = 0; i < n; ++i) max_scale = max_scale > scales[i] ? max_scale : scales[i];
   if (!max_scale) return false;
   d = max_scale / 31;
   const float id = 1 / d;
@@ -280,7 +284,7 @@ void quantize_block_iq2_xxs(const Lattice& lat, const float* x, block_iq2_xxs& y
     float weight[32];
     iq2_weights(x + 32 * ib, qw + 32 * ib, sigma2, 32, weight);
     GroupResult r;
-    const bool kept = quantize_iq2_group(lat, k, true, x + 32 * ib, weight, r);
+    const bool kept = quantize_iq2_group(lat, k, x + 32 * ib, weight, r);
     scales[ib] = r.scale;
     if (!kept) continue;
     for (int g = 0; g < 4; ++g) {
@@ -311,7 +315,7 @@ void quantize_block_iq2_16(const Lattice& lat, const Iq2Kind& k, const float* x,
     float weight[16];
     iq2_weights(x + 16 * ib, qw ? qw + 16 * ib : nullptr, sigma2, 16, weight);
     GroupResult r;
-    const bool kept = quantize_iq2_group(lat, k, false, x + 16 * ib, weight, r);
+    const bool kept = quantize_iq2_group(lat, k, x + 16 * ib, weight, r);
     scales[ib] = r.scale;
     if (!kept) continue;
     for (int g = 0; g < 2; ++g) {
