@@ -24,6 +24,7 @@
 #include "../tests/tensor/ggml_cpu_oracle.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 #include "tensor/repack.h"
 #include "tensor/matmul.h"
 #include "tensor/matvec.h"
@@ -60,7 +61,7 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
 // for a repacked type (tensor/repack.h) quantized as the file type it comes from, then repacked.
 void quantize_weights(T t, const float* x, uint8_t* w, int64_t rows, int64_t n) {
   const T file = t == T::MXFP4_LANES ? T::MXFP4 : t == T::Q8_0_LANES ? T::Q8_0 : t;
-  const std::vector<float> flat(quantize_requires_imatrix(file) ? n : 0, 1.0f);
+  const std::vector<float> flat(ref::requires_imatrix(file) ? n : 0, 1.0f);
   quantize_rows(file, x, w, rows, n, flat.empty() ? nullptr : flat.data());
   if (file != t) repack_rows(file, w, rows, n, row_size(t, n));
 }

@@ -11,6 +11,7 @@
 #include "gguf/writer.h"
 #include "quantize/fast_kquants.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 #include "tensor/threadpool.h"
 
 namespace k3::quant {
@@ -169,22 +170,6 @@ void copy_tensor(const TensorPlan& tp, gguf::Writer& w, const Imatrix* wim, Tens
   if (rep.weighted) rep.err.wx2 = 1.0;
 }
 
-// ggml writes some types only with an importance matrix (quantize_requires_imatrix): every tensor
-// the plan gives one of them needs an entry; checked before anything is written.
-void check_imatrix(const Plan& plan, const Imatrix* im) {
-  for (const TensorPlan& tp : plan.tensors) {
-    if (tp.copy() || !quantize_requires_imatrix(tp.type)) continue;
-    const char* name = tp.src->name.c_str();
-    if (!im)
-      fail("tensor '%s' would be %s, which needs an importance matrix: make one with `k3 imatrix` and pass it with "
-           "--imatrix", name, type_name(tp.type));
-    if (!im->find(tp.src->name))
-      fail("tensor '%s' would be %s, which needs an importance matrix, and %s has no entry for it (make one with "
-           "`k3 imatrix` that covers it, or give it another type with --tensor-type)", name, type_name(tp.type),
-           im->path.c_str());
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> output_paths(const gguf::Model& in, const Plan& plan, const std::string& out,
@@ -198,7 +183,13 @@ std::vector<std::string> output_paths(const gguf::Model& in, const Plan& plan, c
 }
 
 Report quantize_model(const gguf::Model& in, const Plan& plan, const std::string& out, const Options& opt) {
-  check_imatrix(plan, opt.imatrix);
+  // ggml's rule (ggml_quantize_requires_imatrix), checked before anything is written.
+  for (const TensorPlan& tp : plan.tensors) {
+    if (tp.copy() || !ref::requires_imatrix(tp.type) || (opt.imatrix && opt.imatrix->find(tp.src->name))) continue;
+    const std::string missing = opt.imatrix ? " (" + opt.imatrix->path + " has no entry for it)" : "";
+    fail("tensor '%s': %s needs an importance matrix%s: make one with k3 imatrix -m MODEL -f TEXT -o IMATRIX.gguf and "
+         "quantize with --imatrix IMATRIX.gguf", tp.src->name.c_str(), type_name(tp.type), missing.c_str());
+  }
   const auto t_start = std::chrono::steady_clock::now();
   const double c_start = cpu_seconds();
   const std::vector<std::vector<size_t>> parts = part_layout(in, plan, opt);

@@ -178,6 +178,4 @@ size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int
 
 bool can_quantize(GgmlType t) { return ref::can_quantize(t); }
 
-bool quantize_requires_imatrix(GgmlType t) { return ref::requires_imatrix(t); }
-
 }  // namespace k3

@@ -106,9 +106,7 @@ const QuantKernels& kernels(GgmlType t, Isa isa);
 // nrows rows of n_per_row floats; imatrix (n_per_row weights) may be null. Returns bytes written.
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
                      const float* imatrix);
-// Whether quantize_rows supports the type, and whether it refuses to write it without an importance
-// matrix (ggml_quantize_requires_imatrix: IQ2_XXS, IQ2_XS, IQ1_S).
+// Whether quantize_rows supports the type (and whether it needs an importance matrix).
 bool can_quantize(GgmlType t);
-bool quantize_requires_imatrix(GgmlType t);
 
 }  // namespace k3

@@ -16,8 +16,8 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n);
 // Returns bytes written. Throws k3::Error for a type it cannot produce.
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 bool can_quantize(GgmlType t);
-// Whether ggml's quantizer for t needs an importance matrix (ggml_quantize_requires_imatrix:
-// IQ2_XXS, IQ2_XS, IQ1_S); quantize_rows refuses t without one.
+// Whether ggml_quantize_chunk insists on an importance matrix for the type
+// (ggml_quantize_requires_imatrix): IQ2_XXS, IQ2_XS, IQ1_S.
 bool requires_imatrix(GgmlType t);
 
 // Per-type dequantizers: n elements, a multiple of the block size (not checked here).

@@ -21,7 +21,7 @@
 #include "helpers.h"
 #include "model/model.h"
 #include "quantize/quantizer.h"
-#include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 #include "tensor/threadpool.h"
 
 using namespace k3;
@@ -95,7 +95,7 @@ void check_files(float rms_eps) {
       const quant::Plan plan = quant::make_plan(in, quant::recipe_by_name(c.recipe), rules);
       quant::Options opt;
       opt.threads = 2;
-      if (std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const auto& t) { return quantize_requires_imatrix(t.type); }))
+      if (std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const auto& t) { return ref::requires_imatrix(t.type); }))
         opt.imatrix = &im;
       quant::quantize_model(in, plan, dir / (c.name + ".gguf"), opt);
       files += " " + (dir / (c.name + ".gguf"));

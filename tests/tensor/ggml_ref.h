@@ -88,7 +88,7 @@ class GgmlRef {
       delete g;
       return nullptr;
     }
-    // ggml_quantize_chunk runs ggml_quantize_init (the lattice types' search tables) itself.
+    // ggml_quantize_chunk initializes the grids of the IQ types itself (ggml_quantize_init).
     return g;
   }
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 
 namespace k3 {
 namespace {
@@ -37,7 +38,7 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
   const size_t wrow = row_size(t, cs.n), ws = wrow + 3;
   std::vector<uint8_t> w(ws * cs.rows, 0xCD);
   std::vector<float> f(cs.n), imatrix(cs.n, 1.0f);
-  const float* qw = quantize_requires_imatrix(t) ? imatrix.data() : nullptr;
+  const float* qw = ref::requires_imatrix(t) ? imatrix.data() : nullptr;
   for (int64_t r = 0; r < cs.rows; ++r) {
     for (float& v : f) v = nd(rng) * 0.05f;
     quantize_rows(t, f.data(), w.data() + r * ws, 1, cs.n, qw);

@@ -11,6 +11,7 @@
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 
 namespace k3 {
 namespace {
@@ -39,7 +40,7 @@ Problem make_problem(T t, int64_t ne0, int64_t ne1, int64_t n_tokens, size_t pad
   p.w.assign(p.nb1 * ne1, 0xCD);
   for (int64_t r = 0; r < ne1; ++r) {
     for (float& v : wf) v = nd(rng) * 0.05f;
-    quantize_rows(t, wf.data(), p.w.data() + r * p.nb1, 1, ne0, quantize_requires_imatrix(t) ? flat.data() : nullptr);
+    quantize_rows(t, wf.data(), p.w.data() + r * p.nb1, 1, ne0, ref::requires_imatrix(t) ? flat.data() : nullptr);
   }
   p.x.resize(n_tokens * ne0);
   for (float& v : p.x) v = nd(rng);

@@ -220,6 +220,18 @@ TEST_P(QuantizeExact, MatchesGgml) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantizeExact, testing::ValuesIn(kQuantTypes), type_param_name);
 
+// k3 quantize refuses a type without an importance matrix exactly where ggml_quantize_chunk does.
+TEST(QuantizeExact, RequiresImatrixAsGgml) {
+  REQUIRE_GGML(g);
+  int checked = 0;
+  for (uint32_t id = 0; id < 64; ++id)
+    if (const k3::TypeInfo* ti = k3::type_info(id)) {
+      EXPECT_EQ(ref::requires_imatrix(ti->type), g->requires_imatrix(ti->type)) << ti->name;
+      ++checked;
+    }
+  EXPECT_GE(checked, 35);
+}
+
 // Activation types against ggml's quantize_row_q8_1_ref / quantize_row_q8_K_ref (same initial
 // buffer bytes: Q8_K leaves bsums of an all-zero block unwritten).
 TEST(QuantizeExact, ActivationTypes) {
