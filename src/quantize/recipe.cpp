@@ -33,8 +33,8 @@ using T = GgmlType;
 // llama_ftype values for general.file_type (gguf-contract.md §3.1).
 Recipe plain(T t, uint32_t ftype, const char* desc) { return Recipe{type_name(t), t, t, {}, ftype, desc}; }
 
-// A type ggml writes only with an importance matrix: token_embd, which has none (it is looked up,
-// not multiplied), gets Q2_K, as llama-quantize gives it for these file types.
+// A type ggml writes only with an importance matrix: token_embd, which no imatrix covers (it is
+// looked up, not multiplied), gets Q2_K, as llama-quantize gives it for these file types.
 Recipe needs_imatrix(T t, uint32_t ftype, const char* bpw) {
   Recipe r = plain(t, ftype, "");
   r.rules = {{"^token_embd\\.weight$", T::Q2_K}};
