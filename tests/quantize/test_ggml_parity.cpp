@@ -11,10 +11,7 @@
 
 #include "../tensor/ggml_ref.h"
 #include "common/error.h"
-#include "helpers.h"
 #include "quantize/fast_kquants.h"
-#include "quantize/quantizer.h"
-#include "quantize/recipe.h"
 #include "tensor/kernels.h"
 #include "tensor/quant_ref.h"
 
@@ -158,51 +155,5 @@ TEST(GgmlParity, RefusesWithoutImatrixWhereGgmlNeedsOne) {
       EXPECT_NE(std::string(e.what()).find("k3 imatrix"), std::string::npos) << e.what();
     }
     EXPECT_EQ(threw, g->requires_imatrix(t)) << type_name(t);
-  }
-}
-
-// k3 quantize on a whole synthetic Kimi-K3 (expert stacks, shared experts, KDA / MLA projections,
-// dense FFN, LM head, embedding), with an importance matrix, for the lattice types: every tensor
-// it quantizes equals ggml_quantize_chunk on the same source values and that matrix's importance
-// row, byte for byte (token_embd, which no imatrix covers, included without one).
-TEST(GgmlParity, WholeModelPerTensorWithImatrix) {
-  const test::GgmlRef* g = test::GgmlRef::get();
-  ASSERT_NE(g, nullptr) << test::GgmlRef::load_error();
-  qtest::TempDir dir("k3q-parity", qtest::TempDir::Base::Memory);
-  model::SynthOptions so = qtest::synth_options();
-  so.n_expert = 2;  // the structure, at a quarter of the expert bytes (the lattice searches are slow)
-  model::write_synthetic(dir / "m.gguf", so);
-  const gguf::Model in = gguf::Model::open(dir / "m.gguf");
-  const quant::Imatrix im = qtest::synthetic_imatrix(in);
-  for (GgmlType t : kAllTypes) {
-    if (!is_lattice(t)) continue;
-    const quant::Plan plan = quant::make_plan(in, quant::recipe_by_name(type_name(t)), {});
-    quant::Options opt;
-    opt.imatrix = &im;
-    opt.threads = 2;
-    const std::string out_path = dir / (std::string(type_name(t)) + ".gguf");
-    quant::quantize_model(in, plan, out_path, opt);
-    const gguf::Model out = gguf::Model::open(out_path);
-    int typed = 0;
-    for (const quant::TensorPlan& tp : plan.tensors) {
-      if (tp.copy()) continue;
-      const gguf::TensorInfo& src = *tp.src;
-      const gguf::TensorInfo& o = out.get(src.name);
-      const int64_t ne0 = src.ne[0], rows = src.ne[1], n_mat = src.nelements() / (ne0 * rows);
-      const quant::ImatrixEntry* e = im.find(src.name);
-      const size_t in_mat = src.nbytes / n_mat, out_mat = o.nbytes / n_mat;
-      std::vector<float> x(static_cast<size_t>(ne0 * rows));
-      std::vector<uint8_t> want(out_mat);
-      for (int64_t m = 0; m < n_mat; ++m) {
-        for (int64_t r = 0; r < rows; ++r)
-          kernels(src.type).to_float(src.data + m * in_mat + r * row_size(src.type, ne0), &x[r * ne0], ne0);
-        const std::vector<float> qw = e ? quant::Imatrix::values(*e, m) : std::vector<float>();
-        ASSERT_EQ(g->quantize_chunk(o.type, x.data(), want.data(), rows, ne0, e ? qw.data() : nullptr), out_mat);
-        ASSERT_EQ(0, std::memcmp(want.data(), o.data + m * out_mat, out_mat))
-            << type_name(t) << " file: " << src.name << " (" << type_name(o.type) << ") matrix " << m;
-      }
-      typed += o.type == t;
-    }
-    EXPECT_GT(typed, 20) << type_name(t);
   }
 }
