@@ -77,6 +77,9 @@ class Lattice {
   }
   // Level (0-2) of value i of entry k.
   int level(int k, int i) const { return (levels_[k] >> (2 * i)) & 3; }
+  // The neighbour of off-grid pattern u nearest to x under weights w at `scale`, level l standing
+  // for value[l]; writes its levels to L and returns its index. Ties keep the earlier neighbour.
+  int nearest_neighbour(uint16_t u, const float* x, const float* w, float scale, const float* value, int8_t* L) const;
   int size() const { return size_; }
 
  private:

@@ -24,28 +24,6 @@ constexpr float kXm[3] = {-1 - kDelta, -kDelta, 1 - kDelta};
 // Value j (−1, 0, 1) of a grid entry of levels.
 inline int grid_value(uint64_t g, int j) { return static_cast<int>((g >> (8 * j)) & 255) - 1; }
 
-// The neighbour of an off-grid pattern u nearest to x (weights w) at `scale`, each level l
-// standing for xx[l]; writes its levels to L. Ties keep the earlier neighbour.
-int best_neighbour(const Lattice& lat, uint16_t u, const float* x, const float* w, float scale, const float* xx, int8_t* L) {
-  float best_d2 = FLT_MAX;
-  const std::span<const uint16_t> nb = lat.neighbours(u);
-  int best = nb[0];  // ggml reads out of bounds when no distance is below FLT_MAX (NaN input)
-  for (const uint16_t k : nb) {
-    float d2 = 0;
-    for (int i = 0; i < 8; ++i) {
-      const float q = xx[lat.level(k, i)];
-      const float diff = scale * q - x[i];
-      d2 += w[i] * diff * diff;
-    }
-    if (d2 < best_d2) {
-      best_d2 = d2;
-      best = k;
-    }
-  }
-  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>(lat.level(best, i));
-  return best;
-}
-
 // The values of a block ordered ascending, ties in their original order (glibc's qsort, which
 // ggml calls, is a stable merge sort on Debian 12).
 template <int N>
@@ -73,7 +51,7 @@ bool onto_grid(const Lattice& lat, const float* xb, const float* weight, float s
     int gi = lat.index(u);
     if (gi < 0) {
       all = false;
-      gi = best_neighbour(lat, u, xb + 8 * g, weight + 8 * g, scale, xx(g), L + 8 * g);
+      gi = lat.nearest_neighbour(u, xb + 8 * g, weight + 8 * g, scale, xx(g), L + 8 * g);
     }
     index[g] = static_cast<uint16_t>(gi);
   }

@@ -2,6 +2,7 @@
 // they share with IQ1_S and IQ1_M. Groups of 8 values are signs times a grid entry of levels
 // {8, 25, 43}; the quantizers search in the doubled-and-shifted level space 1, 3, 5 (2·level + 1).
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <mutex>
 #include <type_traits>
@@ -52,6 +53,26 @@ Lattice::Lattice(const uint16_t* levels, int size, int nwant)
   }
 }
 
+int Lattice::nearest_neighbour(uint16_t u, const float* x, const float* w, float scale, const float* value,
+                               int8_t* L) const {
+  float best_d2 = FLT_MAX;
+  const std::span<const uint16_t> nb = neighbours(u);
+  int best = nb[0];  // ggml aborts or reads past the list when no distance is below FLT_MAX (NaN input)
+  for (const uint16_t k : nb) {
+    float d2 = 0;
+    for (int i = 0; i < 8; ++i) {
+      const float diff = scale * value[level(k, i)] - x[i];
+      d2 += w[i] * diff * diff;
+    }
+    if (d2 < best_d2) {
+      best_d2 = d2;
+      best = k;
+    }
+  }
+  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>(level(best, i));
+  return best;
+}
+
 const Lattice& lattice(GgmlType t) {
   static std::once_flag once[4];
   static const Lattice* made[4];
@@ -86,26 +107,9 @@ void decode_group(uint64_t grid, uint8_t signs, float db, float* y) {
   for (int j = 0; j < 8; ++j) y[j] = db * static_cast<float>(grid_value(grid, j)) * ((signs >> j) & 1 ? -1.f : 1.f);
 }
 
-// The neighbour of an off-grid pattern that fits xval (weights w) best at scale `scale`, in the
-// point space 2·level + 1; writes its levels to L. Ties keep the earlier neighbour.
-int best_neighbour(const Lattice& lat, uint16_t u, const float* xval, const float* w, float scale, int8_t* L) {
-  float best_d2 = FLT_MAX;
-  const std::span<const uint16_t> nb = lat.neighbours(u);
-  int best = nb[0];  // ggml aborts when no distance is below FLT_MAX (NaN input); k3 keeps the first
-  for (const uint16_t k : nb) {
-    float d2 = 0;
-    for (int i = 0; i < 8; ++i) {
-      const float q = static_cast<float>(2 * lat.level(k, i) + 1);
-      const float diff = scale * q - xval[i];
-      d2 += w[i] * diff * diff;
-    }
-    if (d2 < best_d2) {
-      best_d2 = d2;
-      best = k;
-    }
-  }
-  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>(lat.level(best, i));
-  return best;
+// IQ2_XS, IQ2_S: the scales of a 32-value sub-block's two halves, one 4-bit code each.
+std::array<float, 2> half_scales(float d, uint8_t code) {
+  return {d * (0.5f + static_cast<float>(code & 15)) * 0.25f, d * (0.5f + static_cast<float>(code >> 4)) * 0.25f};
 }
 
 // Levels of one group at inverse scale id: nearest point 2·level + 1, clamped to 0-2.
@@ -119,7 +123,8 @@ bool group_on_grid(const Lattice& lat, const float* xval, const float* w, float 
   round_group(xval, id, L);
   const uint16_t u = lattice_code(L);
   if (lat.index(u) >= 0) return true;
-  best_neighbour(lat, u, xval, w, scale, L);
+  static constexpr float kPoint[3] = {1, 3, 5};  // 2·level + 1
+  lat.nearest_neighbour(u, xval, w, scale, kPoint, L);
   return false;
 }
 
@@ -358,8 +363,7 @@ void dequantize_row_iq2_xs(const block_iq2_xs* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = fp16_to_fp32(x[i].d);
     for (int ib = 0; ib < 8; ++ib, y += 32) {
-      const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[ib] & 15)) * 0.25f,
-                           d * (0.5f + static_cast<float>(x[i].scales[ib] >> 4)) * 0.25f};
+      const std::array<float, 2> db = half_scales(d, x[i].scales[ib]);
       for (int g = 0; g < 4; ++g) {
         const uint16_t q = x[i].qs[4 * ib + g];
         decode_group(kIqGrids.iq2xs[q & 511], iq::kIqSigns[q >> 9], db[g / 2], y + 8 * g);
@@ -372,8 +376,7 @@ void dequantize_row_iq2_s(const block_iq2_s* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = fp16_to_fp32(x[i].d);
     for (int ib = 0; ib < 8; ++ib, y += 32) {
-      const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[ib] & 15)) * 0.25f,
-                           d * (0.5f + static_cast<float>(x[i].scales[ib] >> 4)) * 0.25f};
+      const std::array<float, 2> db = half_scales(d, x[i].scales[ib]);
       for (int g = 0; g < 4; ++g) {
         const int idx = x[i].qs[4 * ib + g] | ((x[i].qh[ib] << (8 - 2 * g)) & 0x300);
         decode_group(kIqGrids.iq2s[idx], x[i].qs[QK_K / 8 + 4 * ib + g], db[g / 2], y + 8 * g);
