@@ -33,6 +33,20 @@ struct block_q5_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[QK
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+// The lattice types (quant-formats.md §8, docs/formats.md): 8-value groups name an entry of a grid
+// (tensor/iq_grids.h) plus signs (IQ2) or a shift (IQ1).
+// IQ2_XXS: per 32 values two u32: 4 grid-index bytes, then 4 x 7 sign bits and a 4-bit scale (top).
+struct block_iq2_xxs { uint16_t d; uint16_t qs[QK_K / 8]; };
+// IQ2_XS: per 8 values a u16 (9-bit grid index, 7 sign bits); per 16 values a 4-bit scale.
+struct block_iq2_xs { uint16_t d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; };
+// IQ2_S: qs[0..31] low 8 index bits, qs[32..63] sign bytes, qh 2 high index bits per 8 values.
+struct block_iq2_s { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; };
+// IQ1_S: qs low 8 index bits; qh per 32 values: 3 high index bits per 8 values (bits 0-11), a 3-bit
+// scale (bits 12-14) and the shift's sign (bit 15).
+struct block_iq1_s { uint16_t d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; };
+// IQ1_M: qh per 16 values: 3 high index bits and a shift sign per 8; scales: four u16 holding
+// 3-bit scales per 16 values, their top nibbles the f16 super-block scale.
+struct block_iq1_m { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; };
 
 // docs/formats.md: the 1-, 2-bit, ternary, NVFP4 and IQ3 types.
 constexpr int QK1_0 = 128, QK2_0 = 64, QK_NVFP4 = 64;
@@ -93,6 +107,8 @@ static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(bl
 static_assert(sizeof(block_q1_0) == 18 && sizeof(block_q2_0) == 18 && sizeof(block_nvfp4) == 36 &&
               sizeof(block_tq1_0) == 54 && sizeof(block_tq2_0) == 66 && sizeof(block_iq3_xxs) == 98 &&
               sizeof(block_iq3_s) == 110);
+static_assert(sizeof(block_iq2_xxs) == 66 && sizeof(block_iq2_xs) == 74 && sizeof(block_iq2_s) == 82 &&
+              sizeof(block_iq1_s) == 50 && sizeof(block_iq1_m) == 56);
 
 // E2M1 values doubled (ggml's kvalues_mxfp4) and the IQ4_NL codebook.
 inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};

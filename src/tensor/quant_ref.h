@@ -40,6 +40,13 @@ void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
 void dequantize_row_mxfp4_lanes(const block_mxfp4x8* x, float* y, int64_t n);
 void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
 void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
+void dequantize_row_iq2_xxs(const block_iq2_xxs* x, float* y, int64_t n);
+void dequantize_row_iq2_xs(const block_iq2_xs* x, float* y, int64_t n);
+void dequantize_row_iq2_s(const block_iq2_s* x, float* y, int64_t n);
+void dequantize_row_iq1_s(const block_iq1_s* x, float* y, int64_t n);
+void dequantize_row_iq1_m(const block_iq1_m* x, float* y, int64_t n);
+// The f16 super-block scale of an IQ1_M block (the top nibbles of its four scale words).
+uint16_t iq1_m_scale(const block_iq1_m& b);
 void dequantize_row_q1_0(const block_q1_0* x, float* y, int64_t n);
 void dequantize_row_q2_0(const block_q2_0* x, float* y, int64_t n);
 void dequantize_row_tq1_0(const block_tq1_0* x, float* y, int64_t n);
@@ -66,6 +73,12 @@ void quantize_row_q6_K(const float* x, block_q6_K* y, int64_t n, const float* qw
 void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n);
 void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n, const float* qw);
 void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, int64_t n, const float* qw);
+// The lattice types; IQ2_XXS, IQ2_XS and IQ1_S throw k3::Error without qw.
+void quantize_row_iq2_xxs(const float* x, block_iq2_xxs* y, int64_t n, const float* qw);
+void quantize_row_iq2_xs(const float* x, block_iq2_xs* y, int64_t n, const float* qw);
+void quantize_row_iq2_s(const float* x, block_iq2_s* y, int64_t n, const float* qw);
+void quantize_row_iq1_s(const float* x, block_iq1_s* y, int64_t n, const float* qw);
+void quantize_row_iq1_m(const float* x, block_iq1_m* y, int64_t n, const float* qw);
 void quantize_row_q1_0(const float* x, block_q1_0* y, int64_t n);
 void quantize_row_q2_0(const float* x, block_q2_0* y, int64_t n);
 void quantize_row_tq1_0(const float* x, block_tq1_0* y, int64_t n);

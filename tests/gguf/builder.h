@@ -26,6 +26,11 @@ struct LowBitType {
 inline constexpr LowBitType kLowBitTypes[] = {
     {18, "iq3_xxs", 256, 98}, {21, "iq3_s", 256, 110}, {34, "tq1_0", 256, 54}, {35, "tq2_0", 256, 66},
     {40, "nvfp4", 64, 36},    {41, "q1_0", 128, 18},   {42, "q2_0", 64, 18},
+    {16, "iq2_xxs", 256, 66},
+    {17, "iq2_xs", 256, 74},
+    {22, "iq2_s", 256, 82},
+    {19, "iq1_s", 256, 50},
+    {29, "iq1_m", 256, 56},
 };
 
 inline bool block_of(int32_t type, int64_t* block, uint64_t* bytes) {

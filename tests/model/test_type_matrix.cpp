@@ -272,6 +272,11 @@ struct GgmlCase {
 };
 const GgmlCase kGgmlTypes[] = {
     {"q1_0", true}, {"q2_0", true}, {"tq1_0", true}, {"tq2_0", true}, {"nvfp4", true}, {"iq3_xxs", true}, {"iq3_s", true},
+    {"iq2_xxs", true},
+    {"iq2_xs", false},
+    {"iq2_s", false},
+    {"iq1_s", true},
+    {"iq1_m", false},
 };
 
 const char* kTrunk =

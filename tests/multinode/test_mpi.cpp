@@ -141,7 +141,12 @@ TEST(Mpi, LogitsBitIdenticalWithoutLatentAndWithF16AmxRule) {
 // experts of those types, bit for bit against one process, in a batch and token by token. One line a
 // model; widths of 256 so that every type fits the matrices of its class.
 TEST(Mpi, LowBitTypesBitIdentical) {
-  const char* const kModels[][2] = {{"q1_0", "iq3_s"}, {"nvfp4", "tq1_0"}, {"q2_0", "iq3_xxs"}, {"tq2_0", "q1_0"}};
+  const char* const kModels[][2] = {
+      {"q1_0", "iq3_s"}, {"nvfp4", "tq1_0"}, {"q2_0", "iq3_xxs"}, {"tq2_0", "q1_0"},
+      {"iq2_xxs", "iq1_s"},
+      {"iq2_s", "iq1_m"},
+      {"iq1_s", "iq2_xs"},
+  };
   for (const auto& [trunk, experts] : kModels) {
     const std::string m = model(std::string("lowbit_") + trunk + "_" + experts,
                                 std::string("--heads 6 --hidden 256 --latent 256 --expert-ff 256 --dense-ff 256 --seed 25 --type ") +

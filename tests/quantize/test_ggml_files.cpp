@@ -18,7 +18,14 @@ using namespace k3;
 namespace {
 
 // One line a type.
-const char* const kTypes[] = {"q1_0", "q2_0", "tq1_0", "tq2_0", "nvfp4", "iq3_xxs", "iq3_s"};
+const char* const kTypes[] = {
+    "q1_0", "q2_0", "tq1_0", "tq2_0", "nvfp4", "iq3_xxs", "iq3_s",
+    "iq2_xxs",
+    "iq2_xs",
+    "iq2_s",
+    "iq1_s",
+    "iq1_m",
+};
 
 struct Shared {
   qtest::TempDir dir{"k3q-ggml", qtest::TempDir::Base::Tmp};
