@@ -45,7 +45,8 @@ std::string recipe_help() {
   s += "Always F32: norms, biases, ssm_conv1d_*, score vectors, ssm_a and every 1-D tensor. The router\n"
        "ffn_gate_inp stays F32 unless a --tensor-type rule names it.\n"
        "Rows that do not divide into the type's blocks fall back (quant-formats.md §9): Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0,\n"
-       "Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16.\n";
+       "Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS/IQ2_XXS/IQ2_XS/IQ2_S/IQ1_S/IQ1_M -> IQ4_NL, then F16.\n"
+       "IQ2_XXS, IQ2_XS and IQ1_S need --imatrix (make one with `k3 imatrix`).\n";
   return s;
 }
 

@@ -222,12 +222,16 @@ bool type_allowed(const TensorDef& def, GgmlType t, int64_t ne0, std::string* wh
   return true;
 }
 
+// llama-quantize's fallbacks; it has none for Q1_0 and NVFP4 (it stops there), k3 gives them the
+// nearest type that fits more rows: Q4_0 (as Q2_0), MXFP4 (the same E2M1 codes per 32).
 GgmlType fallback_type(GgmlType want, int64_t ne0) {
   auto fits = [&](GgmlType t) { return ne0 % type_info(t).block == 0; };
   if (fits(want)) return want;
   GgmlType fb = GgmlType::F16;
   switch (want) {
-    case GgmlType::Q2_K: case GgmlType::Q3_K: fb = GgmlType::Q4_0; break;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q2_0: case GgmlType::TQ1_0: case GgmlType::TQ2_0:
+    case GgmlType::Q1_0: fb = GgmlType::Q4_0; break;
+    case GgmlType::NVFP4: fb = GgmlType::MXFP4; break;
     case GgmlType::Q4_K: fb = GgmlType::Q5_0; break;
     case GgmlType::Q5_K: fb = GgmlType::Q5_1; break;
     case GgmlType::Q6_K: fb = GgmlType::Q8_0; break;

@@ -35,6 +35,15 @@ using T = GgmlType;
 // llama_ftype values for general.file_type (gguf-contract.md §3.1).
 Recipe plain(T t, uint32_t ftype, const char* desc) { return Recipe{type_name(t), t, t, {}, ftype, desc}; }
 
+// A type ggml writes only with an importance matrix: token_embd, which no imatrix covers (it is
+// looked up, not multiplied), gets Q2_K, as llama-quantize gives it for these file types.
+Recipe needs_imatrix(T t, uint32_t ftype, const char* bpw) {
+  Recipe r = plain(t, ftype, "");
+  r.rules = {{"^token_embd\\.weight$", T::Q2_K}};
+  r.description = std::string(bpw) + " (fallback IQ4_NL; needs --imatrix; token_embd Q2_K)";
+  return r;
+}
+
 // attn_k_b / attn_v_b stay BF16 in the K3 recipes: llama.cpp's AMX path mishandles F16 and Q8_0
 // there (model.md §9), and they are small.
 const char* kKbVb = "attn_k_b|attn_v_b";
@@ -54,9 +63,21 @@ std::vector<Recipe> make_recipes() {
       plain(T::Q4_0, 2, "4.5 bpw"),
       plain(T::IQ4_XS, 30, "4.25 bpw (fallback IQ4_NL)"),
       plain(T::IQ4_NL, 25, "4.5 bpw"),
+      plain(T::NVFP4, 39, "4.5 bpw (fallback MXFP4)"),
       plain(T::MXFP4, 38, "4.25 bpw, every matrix MXFP4"),
       plain(T::Q3_K, 11, "3.44 bpw (fallback Q4_0)"),
+      plain(T::IQ3_S, 26, "3.44 bpw (fallback IQ4_NL)"),
+      plain(T::IQ3_XXS, 23, "3.06 bpw (fallback IQ4_NL)"),
       plain(T::Q2_K, 10, "2.63 bpw (fallback Q4_0)"),
+      plain(T::IQ2_S, 28, "2.56 bpw (fallback IQ4_NL)"),
+      needs_imatrix(T::IQ2_XS, 20, "2.31 bpw"),
+      plain(T::Q2_0, 41, "2.25 bpw (fallback Q4_0)"),
+      plain(T::TQ2_0, 37, "2.06 bpw, ternary (fallback Q4_0)"),
+      needs_imatrix(T::IQ2_XXS, 19, "2.06 bpw"),
+      plain(T::IQ1_M, 31, "1.75 bpw (fallback IQ4_NL)"),
+      plain(T::TQ1_0, 36, "1.69 bpw, ternary (fallback Q4_0)"),
+      needs_imatrix(T::IQ1_S, 24, "1.56 bpw"),
+      plain(T::Q1_0, 40, "1.13 bpw, one bit and a scale per 128 (fallback Q4_0)"),
   };
   r.push_back({"MXFP4_MOE", T::Q8_0, T::MXFP4, {{kKbVb, T::BF16}}, 38,
                "MXFP4 routed experts (lossless from the checkpoint), Q8_0 everything else"});
@@ -115,7 +136,7 @@ GgmlType parse_out_type(const std::string& name, const char* what) {
   if (!t || !ref::can_quantize(t->type)) {
     std::string valid;
     for (const auto& r : recipes())
-      if (r.rules.empty() && r.dense == r.experts) valid += (valid.empty() ? "" : ", ") + std::string(type_name(r.dense));
+      if (type_by_name(r.name)) valid += (valid.empty() ? "" : ", ") + std::string(type_name(r.dense));
     fail("%s: unknown or unwritable type '%s' (valid: %s)", what, name.c_str(), valid.c_str());
   }
   return t->type;

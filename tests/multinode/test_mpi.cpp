@@ -137,6 +137,28 @@ TEST(Mpi, LogitsBitIdenticalWithoutLatentAndWithF16AmxRule) {
         std::string("F16, rule ") + rule + ", 3 processes");
 }
 
+// The types of docs/formats.md under row shares (each process's rows of their blocks): a trunk and
+// experts of those types, bit for bit against one process, in a batch and token by token. One line a
+// model; widths of 256 so that every type fits the matrices of its class.
+TEST(Mpi, LowBitTypesBitIdentical) {
+  const char* const kModels[][2] = {
+      {"q1_0", "iq3_s"}, {"nvfp4", "tq1_0"}, {"q2_0", "iq3_xxs"}, {"tq2_0", "q1_0"},
+      {"iq2_xxs", "iq1_s"},
+      {"iq2_s", "iq1_m"},
+      {"iq1_s", "iq2_xs"},
+  };
+  for (const auto& [trunk, experts] : kModels) {
+    const std::string m = model(std::string("lowbit_") + trunk + "_" + experts,
+                                std::string("--heads 6 --hidden 256 --latent 256 --expert-ff 256 --dense-ff 256 --seed 25 --type ") +
+                                    trunk + " --expert-type " + experts);
+    for (const char* mode : {"batch", "incremental"}) {
+      const std::string args = std::string(" logits -t 1 --mode ") + mode + " -m " + m + " --ids " + kIds;
+      expect_same_bits(logits_of(k3_bin() + args, temp_path("lb1.json")), logits_of(mpirun(3, Net::Shm) + args, temp_path("lb3.json")),
+                       m + " (" + mode + ") at 3 processes");
+    }
+  }
+}
+
 TEST(Mpi, PipelineStagesBitIdentical) {
   for (const std::string& m : {f32_model(), quant_model()}) {
     const auto one = logits_of(k3_bin() + " logits -t 1 -m " + m + " --ids " + kIds, temp_path("one.json"));

@@ -83,6 +83,10 @@ TEST_F(TargetSize, RulesPinAndTheDryRunIsDeterministic) {
   EXPECT_EQ(a.out.find("ffn_down_exps "), std::string::npos) << "a pinned group was sized:\n" << a.out;
   EXPECT_NE(a.out.find("rule 'ffn_down_exps=q8_0'"), std::string::npos) << a.out;
   EXPECT_NE(a.out.find("predicted file"), std::string::npos) << a.out;
+  // Without an importance matrix the types that need one are named, not used.
+  EXPECT_NE(a.out.find("not considered without an importance matrix (make one with k3 imatrix): iq2_xxs iq2_xs iq1_s"),
+            std::string::npos)
+      << a.out;
 }
 
 TEST_F(TargetSize, BudgetsThatCannotBeMetAreRefusedBeforeWriting) {
