@@ -77,7 +77,8 @@ double reach(const TensorPlan& tp, double n_layer) {
   }
 }
 
-// Measures every candidate on one tensor: errs[c] for candidates[c] (0 where it is a copy).
+// Measures every candidate on one tensor: errs[c] for candidates[c] (0 where it is a copy, infinite
+// where it cannot be used).
 std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& cands, const Imatrix* im,
                             int64_t sample_rows, ThreadPool& pool) {
   const gguf::TensorInfo& t = *tp.src;
@@ -134,7 +135,7 @@ std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& c
     for (int64_t task = a; task < b; ++task) {
       const size_t c = static_cast<size_t>(task) / np, i = static_cast<size_t>(task) % np;
       const GgmlType ty = model::fallback_type(cands[c], ne0);
-      if (ty == t.type) continue;  // copied: no error
+      if (ty == t.type || (!ie && ref::requires_imatrix(ty))) continue;  // copied: no error; or not available
       const size_t j = static_cast<size_t>(std::find(mats.begin(), mats.end(), picks[i].mat) - mats.begin());
       const float* w = ie ? imp[j].data() : nullptr;
       const float* xi = x.data() + i * ne0;
@@ -153,6 +154,9 @@ std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& c
   for (size_t c = 0; c < cands.size(); ++c) {
     for (size_t i = 0; i < np; ++i) errs[c] += picks[i].weight * row_err[c * np + i];
     errs[c] = den > 0 ? errs[c] / den : 0.0;
+    // A type ggml quantizes only with importance data is no candidate for a tensor the matrix does
+    // not cover (the embedding: no product reads it).
+    if (!ie && ref::requires_imatrix(model::fallback_type(cands[c], ne0))) errs[c] = INFINITY;
   }
   return errs;
 }
@@ -265,7 +269,7 @@ SizedPlan size_plan(const gguf::Model& in, const std::vector<UserRule>& rules, c
     for (size_t c = 0; c < nc; ++c) {
       bool same = false;  // another candidate that gives every tensor the same type
       for (size_t d = 0; d < c && !same; ++d) same = eff[d] == eff[c];
-      if (!same) g.candidates.push_back({sp.candidates[c], bytes[c], err[c]});
+      if (!same && std::isfinite(err[c])) g.candidates.push_back({sp.candidates[c], bytes[c], err[c]});
     }
     convex_hull(g.candidates);
   }
