@@ -2,7 +2,7 @@
 // the same plan k3 quantize makes (quant::plan_for_shapes: the converter's BF16 / MXFP4 / F32
 // source, the recipe, its rules and fallbacks), and which memory sizes hold it together with the
 // KV and recurrent state of one sequence at a given context: docs/quantization.md's table.
-//   bin/recipe_sizes [--ctx N] [TYPE...]     (default: every recipe and type k3 writes)
+//   bin/recipe_sizes [--ctx N] [TYPE... | TRUNK+EXPERTS...]   (default: every recipe and type k3 writes)
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
-      std::printf("usage: recipe_sizes [--ctx N] [TYPE...]\n");
+      std::printf("usage: recipe_sizes [--ctx N] [TYPE... | TRUNK+EXPERTS (q4_K+iq1_s)...]\n");
       return 0;
     } else names.emplace_back(argv[i]);
   }
@@ -37,7 +37,19 @@ int main(int argc, char** argv) {
               static_cast<long long>(ctx), state / gib);
   std::printf("| recipe | experts | rest | bpw | GB | GiB | fits in (GiB of RAM, with the state) |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& n : names) {
-    const quant::Recipe& r = quant::recipe_by_name(n);
+    // TRUNK+EXPERTS (q4_K+iq1_s): a mix as --tensor-type '_exps=EXPERTS' over TRUNK gives it,
+    // attn_k_b / attn_v_b in BF16 as in the K3 recipes
+    quant::Recipe mix;
+    if (const size_t plus = n.find('+'); plus != std::string::npos) {
+      const TypeInfo* d = type_by_name(n.substr(0, plus));
+      const TypeInfo* e = type_by_name(n.substr(plus + 1));
+      if (!d || !e) {
+        std::fprintf(stderr, "recipe_sizes: unknown type in '%s'\n", n.c_str());
+        return 1;
+      }
+      mix = {n, d->type, e->type, {{"attn_k_b|attn_v_b", GgmlType::BF16}}, 0, ""};
+    }
+    const quant::Recipe& r = n.find('+') != std::string::npos ? mix : quant::recipe_by_name(n);
     const quant::Plan p = quant::plan_for_shapes(hp, r, {});
     const double b = static_cast<double>(p.out_bytes);
     std::string fits = "—";
