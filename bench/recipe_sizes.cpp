@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   std::printf("| recipe | experts | rest | bpw | GB | GiB | fits in (GiB of RAM, with the state) |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& n : names) {
     // TRUNK+EXPERTS (q4_K+iq1_s): a mix as --tensor-type '_exps=EXPERTS' over TRUNK gives it,
-    // attn_k_b / attn_v_b in BF16 as in the K3 recipes
+    // with the K3 recipes' rules
     quant::Recipe mix;
     if (const size_t plus = n.find('+'); plus != std::string::npos) {
       const TypeInfo* d = type_by_name(n.substr(0, plus));
@@ -47,7 +47,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "recipe_sizes: unknown type in '%s'\n", n.c_str());
         return 1;
       }
-      mix = {n, d->type, e->type, {{"attn_k_b|attn_v_b", GgmlType::BF16}}, 0, ""};
+      mix = quant::sized_base_recipe();  // its rules: attn_k_b / attn_v_b in BF16
+      mix.name = n;
+      mix.dense = d->type;
+      mix.experts = e->type;
     }
     const quant::Recipe& r = n.find('+') != std::string::npos ? mix : quant::recipe_by_name(n);
     const quant::Plan p = quant::plan_for_shapes(hp, r, {});
