@@ -43,9 +43,14 @@ std::string k3_bin() {
 enum class Net { Shm, Tcp };
 const char* net_name(Net n) { return n == Net::Shm ? "shared memory" : "TCP loopback"; }
 
+// mpiexec with its session directory in this test's temporary folder: Open MPI creates
+// /tmp/ompi.HOST.UID on first use, and two jobs starting at once (tests in parallel, other users)
+// can race there ("mkdir: File exists", orte_init fails).
+std::string mpiexec() { return std::string(K3_MPIEXEC) + " --oversubscribe --mca orte_tmpdir_base " + temp_dir(); }
+
 // "mpirun ... k3" for np processes over the given transport.
 std::string mpirun(int np, Net net) {
-  std::string s = std::string(K3_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " --mca pml ob1";
+  std::string s = mpiexec() + " -np " + std::to_string(np) + " --mca pml ob1";
   s += net == Net::Shm ? " --mca btl self,vader" : " --mca btl self,tcp --mca btl_tcp_if_include lo";
   return s + " " + k3_bin();
 }
@@ -401,7 +406,7 @@ TEST(Mpi, TrafficModelMatchesCountedExchanges) {
 }
 
 TEST(Mpi, MismatchedFilesOrKernelsRefused) {
-  const std::string a = f32_model(), b = quant_model(), mp = std::string(K3_MPIEXEC) + " --oversubscribe";
+  const std::string a = f32_model(), b = quant_model(), mp = mpiexec();
   std::string out;
   EXPECT_NE(run_cmd(mp + " -np 1 " + k3_bin() + " logits -m " + a + " --ids 1,2 : -np 1 " + k3_bin() + " logits -m " +
                         b + " --ids 1,2",

@@ -2,7 +2,8 @@
 // size of a uniform K3 recipe's file the sized mix is no larger and closer to the F32 model (mean
 // KL divergence on a held-out text, with the same importance matrix); its rules give the same
 // file again; rules pin what they match; a budget below the smallest mix is refused before
-// anything is written; the plan is deterministic.
+// anything is written; the plan is deterministic, the same at every ISA level and on a file
+// another writer made (gguf-py, tensors quantized by ggml).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -87,6 +88,28 @@ TEST_F(TargetSize, RulesPinAndTheDryRunIsDeterministic) {
   EXPECT_NE(a.out.find("not considered without an importance matrix (make one with k3 imatrix): iq2_xxs iq2_xs iq1_s"),
             std::string::npos)
       << a.out;
+}
+
+// The errors are measured with ggml's quantizers and exact dequantizers, so the plan does not
+// depend on the SIMD level; a file written by gguf-py with Q8_0 experts (read and requantized, or
+// copied where a candidate is its own type) is planned and written within the budget.
+TEST_F(TargetSize, SamePlanAtEveryIsaOnAFileAnotherWriterMade) {
+  const std::string theirs = path("ggml-ev.gguf");
+  const qtest::RunResult w = qtest::run("/usr/bin/python3 " + qtest::source_dir() + "/tests/node/ggml_gguf.py " +
+                                        path("ev.gguf") + " " + theirs + " --tensor-type _exps=q8_0");
+  ASSERT_EQ(w.status, 0) << w.out;
+  const std::string args = "quantize " + theirs + " " + path("g.gguf") + " --target-size 6M --imatrix " +
+                           path("ev.imatrix") + " -q -t 2";
+  const qtest::RunResult native = k3(args + " --dry-run"),
+                         avx2 = qtest::run("env K3_ISA=avx2 " + qtest::k3_bin() + " " + args + " --dry-run");
+  ASSERT_EQ(native.status, 0) << native.out;
+  ASSERT_EQ(avx2.status, 0) << avx2.out;
+  EXPECT_EQ(native.out, avx2.out);
+  EXPECT_NE(native.out.find("predicted file"), std::string::npos) << native.out;
+  ok(k3(args));
+  EXPECT_LE(fs::file_size(path("g.gguf")), 6u << 20);
+  const qtest::RunResult l = k3("logits -m " + path("g.gguf") + " --ids 1,2,3 -t 2 -o " + path("g.json"));
+  EXPECT_EQ(l.status, 0) << l.out;
 }
 
 TEST_F(TargetSize, BudgetsThatCannotBeMetAreRefusedBeforeWriting) {
