@@ -84,6 +84,13 @@ std::vector<Recipe> make_recipes() {
   r.push_back({"Q4_K_K3", T::Q6_K, T::Q4_K, {{kKbVb, T::BF16}}, 15, "Q4_K routed experts, Q6_K everything else"});
   r.push_back({"Q3_K_K3", T::Q5_K, T::Q3_K, {{kKbVb, T::BF16}}, 12, "Q3_K routed experts, Q5_K everything else"});
   r.push_back({"Q2_K_K3", T::Q4_K, T::Q2_K, {{kKbVb, T::BF16}}, 10, "Q2_K routed experts, Q4_K everything else"});
+  // The low-bit mixes of docs/quantization.md's size table (a Q4_K trunk is most of the bytes a
+  // token reads, so it stays 4.5 bpw).
+  r.push_back({"IQ2_XXS_K3", T::Q4_K, T::IQ2_XXS, {{kKbVb, T::BF16}}, 19,
+               "IQ2_XXS routed experts (needs --imatrix), Q4_K everything else"});
+  r.push_back({"IQ1_S_K3", T::Q4_K, T::IQ1_S, {{kKbVb, T::BF16}}, 24,
+               "IQ1_S routed experts (needs --imatrix), Q4_K everything else"});
+  r.push_back({"Q1_0_K3", T::Q4_K, T::Q1_0, {{kKbVb, T::BF16}}, 40, "Q1_0 routed experts, Q4_K everything else"});
   return r;
 }
 
