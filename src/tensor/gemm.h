@@ -27,6 +27,9 @@ struct GemmKernel {
   // Decode, where it beats vec_dot on the vec_dot_type row: y[r] = vec_dot(n, w + r * w_stride,
   // activation) for r < n_rows, one token packed as for run. Null: decode uses vec_dot.
   void (*rows)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* packed, float* y) = nullptr;
+  // Tokens matmul hands one run call (0: its default). A kernel that decodes each weight block once
+  // per call (the lattice types) takes more, so that its decode serves all of them.
+  int64_t tokens = 0;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
