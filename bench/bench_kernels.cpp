@@ -531,7 +531,7 @@ void register_all() {
         const std::string name = "gemm/" + std::string(type_name(t)) + "/" + isa_name(isa) + (tiled ? "/tiled" : "/vec_dot");
         benchmark::RegisterBenchmark(name.c_str(), BM_gemm, t, isa, tiled)->Arg(512)->Arg(2048)->Arg(kRow)->Unit(benchmark::kMillisecond);
       }
-  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES})
+  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::IQ2_XXS, T::IQ1_S})
     for (Isa isa : isas())
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t, isa)

@@ -290,8 +290,8 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
         ctx.observer->on_matmul(w.gate_exps.mat(e), zin.data(), n);
         ctx.observer->on_matmul(w.up_exps.mat(e), zin.data(), n);
       }
-      linear(quiet, me.gate, zin.data(), n, a.data(), whole_rows);
-      linear(quiet, me.up, zin.data(), n, b.data(), whole_rows);
+      const LinearJob gate_up[] = {{me.gate, zin.data(), a.data(), whole_rows}, {me.up, zin.data(), b.data(), whole_rows}};
+      linear_batch(quiet, gate_up, 2, n);  // one quantized input, one region
       situ_rows(ctx, situ, a.data(), b.data(), n, F);
       gather(ctx, {{a.data(), F, F_all}}, n);
       if (ctx.observer) ctx.observer->on_matmul(w.down_exps.mat(e), a.data(), n);

@@ -353,46 +353,59 @@ struct KqLanes {
   float total() const { return lanes_total(acc); }
 };
 
-void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_q2_K*>(vx);
+// One weight super-block as KqLanes takes it: codes, a scale per sub elements, the per-sub terms v
+// with their offset (KqLanes::per_sub; none where has_v is false), d_w and dmin.
+struct KqBlock {
+  int8_t c[QK_K];
+  int sc[16];
+  int sub = 32;
+  int v[16] = {};
+  int off = 0;
+  bool has_v = false;
+  float dw = 0.0f, dmin = 0.0f;
+};
+
+// Every super-block type's dot: decode(x[i], b) fills b, the lanes do the rest.
+template <class Block, class Decode>
+void kq_dot(int64_t n, float* s, const void* vx, const void* vy, Decode&& decode) {
+  const auto* x = static_cast<const Block*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
   KqLanes k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
-    for (int e = 0; e < QK_K; ++e)
-      c[e] = static_cast<int8_t>((x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
-    int sc[16], mn[16];
-    for (int b = 0; b < 16; ++b) sc[b] = x[i].scales[b] & 15, mn[b] = x[i].scales[b] >> 4;
-    k.codes(c, y[i].qs, sc, 16);
-    k.per_sub(mn, y[i].bsums, 0);
-    k.add(y[i].d, h2f(x[i].d), h2f(x[i].dmin));
+    KqBlock b;
+    decode(x[i], b);
+    k.codes(b.c, y[i].qs, b.sc, b.sub);
+    if (b.has_v) k.per_sub(b.v, y[i].bsums, b.off);
+    k.add(y[i].d, b.dw, b.dmin);
   }
   *s = k.total();
 }
 
+void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
+  kq_dot<block_q2_K>(n, s, vx, vy, [](const block_q2_K& x, KqBlock& b) {
+    for (int e = 0; e < QK_K; ++e) b.c[e] = static_cast<int8_t>((x.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+    for (int j = 0; j < 16; ++j) b.sc[j] = x.scales[j] & 15, b.v[j] = x.scales[j] >> 4;
+    b.sub = 16, b.has_v = true;  // mins
+    b.dw = h2f(x.d), b.dmin = h2f(x.dmin);
+  });
+}
+
 // Codes as stored: q + 4, the hmask bit being bit 2 of the code.
 void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_q3_K*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
+  kq_dot<block_q3_K>(n, s, vx, vy, [](const block_q3_K& x, KqBlock& b) {
     for (int e = 0; e < QK_K; ++e) {
-      const int q2 = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-      const int hbit = (x[i].hmask[e % 32] >> (e / 32)) & 1;
-      c[e] = static_cast<int8_t>(q2 + 4 * hbit);
+      const int q2 = (x.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const int hbit = (x.hmask[e % 32] >> (e / 32)) & 1;
+      b.c[e] = static_cast<int8_t>(q2 + 4 * hbit);
     }
-    int sc[16];
-    for (int b = 0; b < 16; ++b) {
-      const int lo = b < 8 ? x[i].scales[b] & 15 : x[i].scales[b - 8] >> 4;
-      const int hi = (x[i].scales[8 + b % 4] >> (2 * (b / 4))) & 3;
-      sc[b] = (lo | hi << 4) - 32;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j < 8 ? x.scales[j] & 15 : x.scales[j - 8] >> 4;
+      const int hi = (x.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      b.sc[j] = b.v[j] = (lo | hi << 4) - 32;
     }
-    k.codes(c, y[i].qs, sc, 16);
-    k.per_sub(sc, y[i].bsums, 4);
-    k.add(y[i].d, h2f(x[i].d), 0.0f);
-  }
-  *s = k.total();
+    b.sub = 16, b.off = 4, b.has_v = true;
+    b.dw = h2f(x.d);
+  });
 }
 
 void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
@@ -408,136 +421,95 @@ void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
 // Q4_K and Q5_K share the scale layout: 8 sub-blocks of 32, so a min covers two bsums.
 template <bool kFive, typename Block>
 void vec_dot_q45_K(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const Block*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
+  kq_dot<Block>(n, s, vx, vy, [](const Block& x, KqBlock& b) {
     for (int p = 0; p < 4; ++p)
       for (int l = 0; l < 32; ++l) {
-        int lo = x[i].qs[32 * p + l] & 15, hi = x[i].qs[32 * p + l] >> 4;
+        int lo = x.qs[32 * p + l] & 15, hi = x.qs[32 * p + l] >> 4;
         if constexpr (kFive) {
-          lo |= ((x[i].qh[l] >> (2 * p)) & 1) << 4;
-          hi |= ((x[i].qh[l] >> (2 * p + 1)) & 1) << 4;
+          lo |= ((x.qh[l] >> (2 * p)) & 1) << 4;
+          hi |= ((x.qh[l] >> (2 * p + 1)) & 1) << 4;
         }
-        c[64 * p + l] = static_cast<int8_t>(lo);
-        c[64 * p + 32 + l] = static_cast<int8_t>(hi);
+        b.c[64 * p + l] = static_cast<int8_t>(lo);
+        b.c[64 * p + 32 + l] = static_cast<int8_t>(hi);
       }
-    int sc[8], mn[16];
     for (int j = 0; j < 8; ++j) {
-      q4k_scale_min(x[i].scales, j, sc[j], mn[2 * j]);
-      mn[2 * j + 1] = mn[2 * j];
+      q4k_scale_min(x.scales, j, b.sc[j], b.v[2 * j]);
+      b.v[2 * j + 1] = b.v[2 * j];
     }
-    k.codes(c, y[i].qs, sc, 32);
-    k.per_sub(mn, y[i].bsums, 0);
-    k.add(y[i].d, h2f(x[i].d), h2f(x[i].dmin));
-  }
-  *s = k.total();
+    b.has_v = true;  // mins
+    b.dw = h2f(x.d), b.dmin = h2f(x.dmin);
+  });
 }
 
 // Codes as stored (q + 32).
 void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_q6_K*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
+  kq_dot<block_q6_K>(n, s, vx, vy, [](const block_q6_K& x, KqBlock& b) {
     for (int e = 0; e < QK_K; ++e) {
       const int half = e / 128, g = (e % 128) / 32, l = e % 32;
-      const uint8_t lb = x[i].ql[64 * half + l + 32 * (g & 1)];
+      const uint8_t lb = x.ql[64 * half + l + 32 * (g & 1)];
       const int low = g < 2 ? lb & 15 : lb >> 4;
-      const int high = (x[i].qh[32 * half + l] >> (2 * g)) & 3;
-      c[e] = static_cast<int8_t>(low | high << 4);
+      const int high = (x.qh[32 * half + l] >> (2 * g)) & 3;
+      b.c[e] = static_cast<int8_t>(low | high << 4);
     }
-    int sc[16];
-    for (int b = 0; b < 16; ++b) sc[b] = x[i].scales[b];
-    k.codes(c, y[i].qs, sc, 16);
-    k.per_sub(sc, y[i].bsums, 32);
-    k.add(y[i].d, h2f(x[i].d), 0.0f);
-  }
-  *s = k.total();
+    for (int j = 0; j < 16; ++j) b.sc[j] = b.v[j] = x.scales[j];
+    b.sub = 16, b.off = 32, b.has_v = true;
+    b.dw = h2f(x.d);
+  });
 }
 
 void vec_dot_iq4_xs(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq4_xs*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
-    int sc[8];
-    for (int b = 0; b < 8; ++b) {
-      lookup_nibbles(x[i].qs + 16 * b, kvalues_iq4nl, c + 32 * b);
-      const int ls = ((x[i].scales_l[b / 2] >> (4 * (b % 2))) & 15) | (((x[i].scales_h >> (2 * b)) & 3) << 4);
-      sc[b] = ls - 32;
+  kq_dot<block_iq4_xs>(n, s, vx, vy, [](const block_iq4_xs& x, KqBlock& b) {
+    for (int j = 0; j < 8; ++j) {
+      lookup_nibbles(x.qs + 16 * j, kvalues_iq4nl, b.c + 32 * j);
+      const int ls = ((x.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((x.scales_h >> (2 * j)) & 3) << 4);
+      b.sc[j] = ls - 32;
     }
-    k.codes(c, y[i].qs, sc, 32);
-    k.add(y[i].d, h2f(x[i].d), 0.0f);
-  }
-  *s = k.total();
+    b.dw = h2f(x.d);
+  });
 }
 
 // The ternary types: codes stored as value + 1 (offset 1), one scale for the super-block.
 template <class Block, int (*code)(const Block&, int)>
 void vec_dot_tq(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const Block*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  static constexpr int kOnes[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
-    for (int e = 0; e < QK_K; ++e) c[e] = static_cast<int8_t>(code(x[i], e));
-    k.codes(c, y[i].qs, kOnes, 16);
-    k.per_sub(kOnes, y[i].bsums, 1);
-    k.add(y[i].d, h2f(x[i].d), 0.0f);
-  }
-  *s = k.total();
+  kq_dot<Block>(n, s, vx, vy, [](const Block& x, KqBlock& b) {
+    for (int e = 0; e < QK_K; ++e) b.c[e] = static_cast<int8_t>(code(x, e));
+    for (int j = 0; j < 16; ++j) b.sc[j] = b.v[j] = 1;
+    b.sub = 16, b.off = 1, b.has_v = true;
+    b.dw = h2f(x.d);
+  });
 }
 
 // IQ3: signed grid magnitudes times the odd sub-block scale 2s + 1 per 32; IQ3_XXS's values are a
 // quarter of that (its super-block scale counts as d/4, exact).
 void vec_dot_iq3_xxs(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq3_xxs*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
-    int sc[8];
+  kq_dot<block_iq3_xxs>(n, s, vx, vy, [](const block_iq3_xxs& x, KqBlock& b) {
     for (int ib = 0; ib < 8; ++ib) {
       uint32_t sas;
-      std::memcpy(&sas, x[i].qs + 64 + 4 * ib, 4);
-      sc[ib] = 2 * static_cast<int>(sas >> 28) + 1;
+      std::memcpy(&sas, x.qs + 64 + 4 * ib, 4);
+      b.sc[ib] = 2 * static_cast<int>(sas >> 28) + 1;
       for (int e = 0; e < 32; ++e) {
         const uint32_t s7 = (sas >> (7 * (e / 8))) & 127;
         const bool neg = e % 8 == 7 ? __builtin_popcount(s7) & 1 : (s7 >> (e % 8)) & 1;
-        const int v = (kIq3xxsGrid[x[i].qs[8 * ib + e / 4]] >> (8 * (e % 4))) & 255;
-        c[32 * ib + e] = static_cast<int8_t>(neg ? -v : v);
+        const int v = (kIq3xxsGrid[x.qs[8 * ib + e / 4]] >> (8 * (e % 4))) & 255;
+        b.c[32 * ib + e] = static_cast<int8_t>(neg ? -v : v);
       }
     }
-    k.codes(c, y[i].qs, sc, 32);
-    k.add(y[i].d, 0.25f * h2f(x[i].d), 0.0f);
-  }
-  *s = k.total();
+    b.dw = 0.25f * h2f(x.d);
+  });
 }
 
 void vec_dot_iq3_s(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq3_s*>(vx);
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
-    int sc[8];
+  kq_dot<block_iq3_s>(n, s, vx, vy, [](const block_iq3_s& x, KqBlock& b) {
     for (int ib = 0; ib < 8; ++ib) {
-      sc[ib] = 1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15);
+      b.sc[ib] = 1 + 2 * ((x.scales[ib / 2] >> (4 * (ib % 2))) & 15);
       for (int e = 0; e < 32; ++e) {
-        const int index = x[i].qs[8 * ib + e / 4] | ((x[i].qh[ib] >> (e / 4)) & 1) << 8;
+        const int index = x.qs[8 * ib + e / 4] | ((x.qh[ib] >> (e / 4)) & 1) << 8;
         const int v = (kIq3sGrid[index] >> (8 * (e % 4))) & 255;
-        c[32 * ib + e] = static_cast<int8_t>((x[i].signs[4 * ib + e / 8] >> (e % 8)) & 1 ? -v : v);
+        b.c[32 * ib + e] = static_cast<int8_t>((x.signs[4 * ib + e / 8] >> (e % 8)) & 1 ? -v : v);
       }
     }
-    k.codes(c, y[i].qs, sc, 32);
-    k.add(y[i].d, h2f(x[i].d), 0.0f);
-  }
-  *s = k.total();
+    b.dw = h2f(x.d);
+  });
 }
 
 // ---- vec_dot: the lattice types with Q8_K -------------------------------------------------------
@@ -555,56 +527,41 @@ void iq2_group(uint64_t grid, uint8_t signs, int8_t* c) {
   for (int j = 0; j < 8; ++j) c[j] = static_cast<int8_t>((signs >> j) & 1 ? -grid_byte(grid, j) : grid_byte(grid, j));
 }
 
-template <class Decode>
-float iq_dot(int64_t n, const void* vy, Decode&& decode) {
-  const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int8_t c[QK_K];
-    int sc[16], shift[16] = {};
-    int sub = 32;
-    const float dw = decode(i, c, sc, sub, shift) * 0.125f;
-    k.codes(c, y[i].qs, sc, sub);
-    k.per_sub(shift, y[i].bsums, -1);  // isum gains Σ shift·bsum (zero but for IQ1_S)
-    k.add(y[i].d, dw, 0.0f);
-  }
-  return k.total();
+// IQ2_XS / IQ2_S: 16 scale nibbles (low first), 2·code + 1 per 16 values.
+void nibble_scales(const uint8_t* scales, KqBlock& b) {
+  for (int j = 0; j < 16; ++j) b.sc[j] = 2 * ((scales[j / 2] >> (4 * (j % 2))) & 15) + 1;
+  b.sub = 16;
 }
 
 void vec_dot_iq2_xxs(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq2_xxs*>(vx);
-  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int&, int*) {
+  kq_dot<block_iq2_xxs>(n, s, vx, vy, [](const block_iq2_xxs& x, KqBlock& b) {
     for (int ib = 0; ib < 8; ++ib) {
       uint32_t aux[2];
-      std::memcpy(aux, x[i].qs + 4 * ib, 8);
+      std::memcpy(aux, x.qs + 4 * ib, 8);
       for (int g = 0; g < 4; ++g)
-        iq2_group(kIqGrids.iq2xxs[(aux[0] >> (8 * g)) & 255], iq::kIqSigns[(aux[1] >> (7 * g)) & 127], c + 32 * ib + 8 * g);
-      sc[ib] = 2 * static_cast<int>(aux[1] >> 28) + 1;
+        iq2_group(kIqGrids.iq2xxs[(aux[0] >> (8 * g)) & 255], iq::kIqSigns[(aux[1] >> (7 * g)) & 127], b.c + 32 * ib + 8 * g);
+      b.sc[ib] = 2 * static_cast<int>(aux[1] >> 28) + 1;
     }
-    return h2f(x[i].d);
+    b.dw = h2f(x.d) * 0.125f;
   });
 }
 
 void vec_dot_iq2_xs(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq2_xs*>(vx);
-  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int& sub, int*) {
-    for (int g = 0; g < 32; ++g) iq2_group(kIqGrids.iq2xs[x[i].qs[g] & 511], iq::kIqSigns[x[i].qs[g] >> 9], c + 8 * g);
-    for (int b = 0; b < 16; ++b) sc[b] = 2 * ((x[i].scales[b / 2] >> (4 * (b % 2))) & 15) + 1;
-    sub = 16;
-    return h2f(x[i].d);
+  kq_dot<block_iq2_xs>(n, s, vx, vy, [](const block_iq2_xs& x, KqBlock& b) {
+    for (int g = 0; g < 32; ++g) iq2_group(kIqGrids.iq2xs[x.qs[g] & 511], iq::kIqSigns[x.qs[g] >> 9], b.c + 8 * g);
+    nibble_scales(x.scales, b);
+    b.dw = h2f(x.d) * 0.125f;
   });
 }
 
 void vec_dot_iq2_s(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq2_s*>(vx);
-  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int& sub, int*) {
+  kq_dot<block_iq2_s>(n, s, vx, vy, [](const block_iq2_s& x, KqBlock& b) {
     for (int g = 0; g < 32; ++g) {
-      const int idx = x[i].qs[g] | ((x[i].qh[g / 4] << (8 - 2 * (g % 4))) & 0x300);
-      iq2_group(kIqGrids.iq2s[idx], x[i].qs[QK_K / 8 + g], c + 8 * g);
+      const int idx = x.qs[g] | ((x.qh[g / 4] << (8 - 2 * (g % 4))) & 0x300);
+      iq2_group(kIqGrids.iq2s[idx], x.qs[QK_K / 8 + g], b.c + 8 * g);
     }
-    for (int b = 0; b < 16; ++b) sc[b] = 2 * ((x[i].scales[b / 2] >> (4 * (b % 2))) & 15) + 1;
-    sub = 16;
-    return h2f(x[i].d);
+    nibble_scales(x.scales, b);
+    b.dw = h2f(x.d) * 0.125f;
   });
 }
 
@@ -613,36 +570,36 @@ void iq1_group(uint64_t grid, int mul, int add, int8_t* c) {
   for (int j = 0; j < 8; ++j) c[j] = static_cast<int8_t>(mul * grid_byte(grid, j) + add);
 }
 
+// The shift terms: isum gains Σ v·bsum (off −1).
 void vec_dot_iq1_s(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq1_s*>(vx);
-  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int&, int* shift) {
+  kq_dot<block_iq1_s>(n, s, vx, vy, [](const block_iq1_s& x, KqBlock& b) {
     for (int ib = 0; ib < 8; ++ib) {
-      const uint16_t qh = x[i].qh[ib];
-      for (int g = 0; g < 4; ++g) iq1_group(kIqGrids.iq1s[x[i].qs[4 * ib + g] | (((qh >> (3 * g)) & 7) << 8)], 1, 0, c + 32 * ib + 8 * g);
+      const uint16_t qh = x.qh[ib];
+      for (int g = 0; g < 4; ++g) iq1_group(kIqGrids.iq1s[x.qs[4 * ib + g] | (((qh >> (3 * g)) & 7) << 8)], 1, 0, b.c + 32 * ib + 8 * g);
       const int ls = 2 * ((qh >> 12) & 7) + 1;
-      sc[ib] = 8 * ls;
-      shift[2 * ib] = shift[2 * ib + 1] = ls * ((qh & 0x8000 ? -1 : 1) - 8);
+      b.sc[ib] = 8 * ls;
+      b.v[2 * ib] = b.v[2 * ib + 1] = ls * ((qh & 0x8000 ? -1 : 1) - 8);
     }
-    return h2f(x[i].d);
+    b.off = -1, b.has_v = true;
+    b.dw = h2f(x.d) * 0.125f;
   });
 }
 
 void vec_dot_iq1_m(int64_t n, float* s, const void* vx, const void* vy) {
-  const auto* x = static_cast<const block_iq1_m*>(vx);
-  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int& sub, int* shift) {
+  kq_dot<block_iq1_m>(n, s, vx, vy, [](const block_iq1_m& x, KqBlock& b) {
     uint16_t sw[4];
-    std::memcpy(sw, x[i].scales, sizeof sw);
+    std::memcpy(sw, x.scales, sizeof sw);
     for (int g = 0; g < 32; ++g) {
-      const uint8_t qh = x[i].qh[g / 2];
+      const uint8_t qh = x.qh[g / 2];
       const int hi = g % 2 ? (qh << 4) & 0x700 : (qh << 8) & 0x700;
-      iq1_group(kIqGrids.iq1s[x[i].qs[g] | hi], 8, qh & (g % 2 ? 0x80 : 0x08) ? 0 : 2, c + 8 * g);
+      iq1_group(kIqGrids.iq1s[x.qs[g] | hi], 8, qh & (g % 2 ? 0x80 : 0x08) ? 0 : 2, b.c + 8 * g);
     }
-    for (int b = 0; b < 16; ++b) {
-      sc[b] = 2 * ((sw[b / 4] >> (3 * (b % 4))) & 7) + 1;
-      shift[b] = -9 * sc[b];
+    for (int j = 0; j < 16; ++j) {
+      b.sc[j] = 2 * ((sw[j / 4] >> (3 * (j % 4))) & 7) + 1;
+      b.v[j] = -9 * b.sc[j];
     }
-    sub = 16;
-    return h2f(ref::iq1_m_scale(x[i]));
+    b.sub = 16, b.off = -1, b.has_v = true;
+    b.dw = h2f(ref::iq1_m_scale(x)) * 0.125f;
   });
 }
 

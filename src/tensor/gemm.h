@@ -27,13 +27,18 @@ struct GemmKernel {
   // Decode, where it beats vec_dot on the vec_dot_type row: y[r] = vec_dot(n, w + r * w_stride,
   // activation) for r < n_rows, one token packed as for run. Null: decode uses vec_dot.
   void (*rows)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* packed, float* y) = nullptr;
+  // Tokens matmul hands one run call (0: its default). A kernel that decodes each weight block once
+  // per call (the lattice types) takes more, so that its decode serves all of them.
+  int64_t tokens = 0;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
 // per-(row, token) vec_dot is the product). Tiled today: F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL,
-// MXFP4, Q2_K..Q6_K and the lane layouts Q8_0_LANES, MXFP4_LANES (tensor/repack.h) on AVX2,
-// AVX-VNNI and AVX-512; every level also has decode rows for the 32-element block types and the
-// lane layouts (their 256-bit forms, AVX-512 included).
+// MXFP4, Q2_K..Q6_K, the low-bit types (Q1_0, Q2_0, NVFP4, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, and the
+// lattice types IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, which take 64 tokens a call) and the lane
+// layouts Q8_0_LANES, MXFP4_LANES (tensor/repack.h) on AVX2, AVX-VNNI and AVX-512; every level also
+// has decode rows for the 32-element block types and the lane layouts (their 256-bit forms, AVX-512
+// included).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,

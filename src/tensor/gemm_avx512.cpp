@@ -321,7 +321,7 @@ struct IqDot {
 };
 
 template <class W>
-constexpr GemmKernel iq2_kernel() { return {iq2_packed_size, iq2_pack, run_tiles<KQuantGemm<Iq2KW<W>, IqDot, 1, 16>>}; }
+constexpr GemmKernel iq2_kernel() { return wide_kernel<WideGemm<Iq2KW<W>, IqDot, 1>>(iq2_packed_size, iq2_pack); }
 
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
@@ -349,8 +349,8 @@ constexpr GemmKernel kIq3s = iq3_kernel<Iq3sW>();
 constexpr GemmKernel kIq2xxs = iq2_kernel<Iq2xxsW>();
 constexpr GemmKernel kIq2xs = iq2_kernel<Iq2xsW>();
 constexpr GemmKernel kIq2s = iq2_kernel<Iq2sW>();
-constexpr GemmKernel kIq1s = unpacked<KQuantGemm<Iq1KW<Iq1sW>, KDot, 1, 16>>();
-constexpr GemmKernel kIq1m = unpacked<KQuantGemm<Iq1KW<Iq1mW>, KDot, 1, 16>>();
+constexpr GemmKernel kIq1s = wide_kernel<WideGemm<Iq1KW<Iq1sW>, KDot, 1>>();
+constexpr GemmKernel kIq1m = wide_kernel<WideGemm<Iq1KW<Iq1mW>, KDot, 1>>();
 
 }  // namespace
 

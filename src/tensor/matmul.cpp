@@ -17,7 +17,8 @@ namespace {
 // Weight bytes one work item of a multi-token product covers: they stay in L2 while every
 // token's activation row is multiplied against them.
 constexpr size_t kTileWeightBytes = 256 * 1024;
-// Activation rows multiplied against one weight row before moving on (they stay in L1/L2).
+// Activation rows multiplied against one weight row before moving on (they stay in L1/L2), unless
+// the kernel asks for more (GemmKernel::tokens).
 constexpr int64_t kTileTokens = 16;
 
 }  // namespace
@@ -37,6 +38,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
     size_t xstride = 0;
     const GemmKernel* gk = nullptr;
     int64_t rb = 0;  // rows a work item covers
+    int64_t tile_tokens = kTileTokens;
   };
   // Scratch kept per calling thread; the workers reach it through these references (naming the
   // thread_locals in the region would give each worker its own, empty, copy).
@@ -91,8 +93,9 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
       for (int64_t t = 0; t < n_tokens; ++t) p.gk->pack(p.q + t * xrow, packed[i].data() + t * p.xstride, w.ne0);
       p.xq = packed[i].data();
     }
+    if (p.gk && p.gk->tokens > 0) p.tile_tokens = p.gk->tokens;
     // Tokens x rows: work items are blocks of rows, handed out dynamically; within one, each
-    // weight row is reused for kTileTokens activation rows at a time.
+    // weight row is reused for tile_tokens activation rows at a time.
     const int64_t rows_fit = std::max<int64_t>(1, kTileWeightBytes / std::max<size_t>(1, w.nb1));
     const int64_t rows_balance = std::max<int64_t>(1, w.ne1 / (4 * pool.size()));
     p.rb = std::min(rows_fit, rows_balance);
@@ -116,8 +119,8 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
       const int64_t r1 = std::min(w.ne1, r0 + p.rb);
       const auto* wdata = static_cast<const uint8_t*>(w.data);
       float* y = jobs[i].y;
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-        const int64_t t1 = std::min(n_tokens, t0 + kTileTokens);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += p.tile_tokens) {
+        const int64_t t1 = std::min(n_tokens, t0 + p.tile_tokens);
         if (p.gk) {
           p.gk->run(w.ne0, wdata + r0 * w.nb1, w.nb1, r1 - r0, p.xq + t0 * p.xstride, p.xstride, t1 - t0,
                     y + t0 * w.ne1 + r0, w.ne1);

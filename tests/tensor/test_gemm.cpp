@@ -104,6 +104,10 @@ TEST(Gemm, BitIdenticalToVecDot) {
       const int64_t n = is_float ? 200 : type_info(t).block == 256 ? 768 : 1120;
       if (n % type_info(t).block == 0)
         for (int64_t tokens = 2; tokens <= 33; ++tokens) compared += check(t, isa, {n, 5, tokens}, seed++);
+      // A kernel that takes its own token count a call (the lattice types): around it and past twice it.
+      if (const GemmKernel* g = gemm_kernel(t, isa); g && g->tokens > 0)
+        for (int64_t tokens : {g->tokens - 1, g->tokens, g->tokens + 1, 2 * g->tokens + 3})
+          compared += check(t, isa, {n, 3, tokens}, seed++);
       const bool expect_tile = isa != Isa::Scalar && t != T::IQ4_XS;
       EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
     }
