@@ -117,7 +117,8 @@ void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const 
     std::sort(pairs.begin(), pairs.end(), [&](int64_t a, int64_t b) { return std::pair(pos[sel[a]], a) < std::pair(pos[sel[b]], b); });
     first.assign(1, 0);
     for (size_t i = 0; i < pairs.size(); ++i)
-      if (i + 1 == pairs.size() || sel[pairs[i + 1]] != sel[pairs[i]]) first.push_back(static_cast<int64_t>(i + 1));
+      if (i + 1 == pairs.size() || src.streamed() || sel[pairs[i + 1]] != sel[pairs[i]])  // streamed: a product a pair
+        first.push_back(static_cast<int64_t>(i + 1));
     const int64_t n = static_cast<int64_t>(pairs.size());
     g.resize(static_cast<size_t>(n) * F_all);
     u.resize(static_cast<size_t>(n) * F);
