@@ -307,21 +307,29 @@ void time_against_probe(benchmark::State& st, ThreadPool& pool, double bytes, Wo
   st.counters["ratio_median"] = ratios[ratios.size() / 2];
 }
 
-void BM_matvec(benchmark::State& st, T t, Isa isa) {
-  const int threads = static_cast<int>(st.range(0));
+// The big matrix streamed once by a product of n_tok tokens on `threads` threads.
+void stream_tokens(benchmark::State& st, T t, Isa isa, int threads, int64_t n_tok) {
   const BigMatrix& m = big_matrix(t);
   const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
-  const std::vector<float> x = random_floats(kRow, 5);
-  std::vector<float> y(m.ne1);
+  const std::vector<float> x = random_floats(kRow * n_tok, 5);
+  std::vector<float> y(m.ne1 * n_tok);
   ThreadPool pool(threads);
   const Isa saved = active_isa();
   set_isa(isa);
   time_against_probe(st, pool, static_cast<double>(w.nb1) * static_cast<double>(m.ne1), [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    matmul(w, x.data(), 1, y.data(), pool);
+    matmul(w, x.data(), n_tok, y.data(), pool);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
   set_isa(saved);
+}
+
+void BM_matvec(benchmark::State& st, T t, Isa isa) { stream_tokens(st, t, isa, static_cast<int>(st.range(0)), 1); }
+
+// The rows of a verify pass (range(1) tokens, on range(0) threads): each weight row is read once for
+// all of them, so the weight rate should stay near matvec/'s.
+void BM_few_tokens(benchmark::State& st, T t, Isa isa) {
+  stream_tokens(st, t, isa, static_cast<int>(st.range(0)), st.range(1));
 }
 
 // ---- a token's routed experts ----------------------------------------------------------------
@@ -511,6 +519,11 @@ void register_all() {
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
+  for (T t : {T::BF16, T::Q8_0_LANES, T::Q4_K, T::MXFP4_LANES})
+    for (Isa isa : isas())
+      if (isa != Isa::Scalar)
+        benchmark::RegisterBenchmark(("few_tokens/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_few_tokens, t, isa)
+            ->ArgsProduct({{2}, {1, 2, 4, 8}})->UseManualTime()->Iterations(6)->Unit(benchmark::kMillisecond);
   for (auto [name, sh] : {std::pair{"m64", ExpertShape{1024, 1024, 64, 8}}, {"k3", ExpertShape{3584, 3072, 64, 16}}})
     for (T t : {T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::IQ2_XXS, T::IQ1_S})
       for (Isa isa : isas())

@@ -20,6 +20,10 @@ constexpr size_t kTileWeightBytes = 256 * 1024;
 // Activation rows multiplied against one weight row before moving on (they stay in L1/L2), unless
 // the kernel asks for more (GemmKernel::tokens).
 constexpr int64_t kTileTokens = 16;
+// Up to this many tokens (a decode step, the rows of a verify pass) a product streams its weights
+// once as decode does (matvec_batch: long prefetched chunks, every product in one region), each
+// weight row against all the tokens.
+constexpr int64_t kFewTokens = 8;
 
 }  // namespace
 
@@ -77,12 +81,12 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
       auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) from_float(x + t * w.ne0, q + t * xrow, w.ne0);
       };
-      if (n_tokens == 1) quantize(0, 1);
+      if (n_tokens <= kFewTokens) quantize(0, n_tokens);
       else pool.parallel_for(n_tokens, quantize);
       p.q = q;
     }
     p.xq = p.q;
-    if (n_tokens == 1) continue;
+    if (n_tokens <= kFewTokens) continue;
     // Register-tiled kernels where the ISA has them (bit-identical to vec_dot); their activation
     // rows are packed once, shared by all threads. Packing is on the calling thread: it costs well
     // under 1 % of the product, less than another fork/join when a worker is preempted.
@@ -101,11 +105,11 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
     p.rb = std::min(rows_fit, rows_balance);
     for (int64_t r = 0; r < w.ne1; r += p.rb) items.emplace_back(i, r);
   }
-  if (n_tokens == 1) {  // decode rows, every product in one region
+  if (n_tokens <= kFewTokens) {
     thread_local std::vector<Matvec> mv;
     mv.clear();
     for (size_t i = 0; i < n; ++i)
-      if (jobs[i].w.ne1 > 0) mv.push_back({jobs[i].w, prep[i].xq, jobs[i].y});
+      if (jobs[i].w.ne1 > 0) mv.push_back({jobs[i].w, prep[i].xq, jobs[i].y, n_tokens, prep[i].xstride, jobs[i].w.ne1});
     matvec_batch(mv.data(), mv.size(), 1, pool);
     return;
   }

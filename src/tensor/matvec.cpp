@@ -21,17 +21,25 @@ constexpr size_t kChunksPerThread = 4;
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
 
-// How product j's rows are computed: the ISA's decode row kernel on the packed activation where
-// it has one (same bits as vec_dot, gemm.h), else vec_dot on the activation as given.
+// How product j's rows are computed. One token: the ISA's decode row kernel on the packed activation
+// where it has one (same bits as vec_dot, gemm.h), else vec_dot on the activation as given. Several:
+// the ISA's tiles over all of them (each weight row read once), else vec_dot per (row, token).
 struct Kernel {
   void (*rows)(int64_t, const void*, size_t, int64_t, const void*, float*);
+  void (*run)(int64_t, const void*, size_t, int64_t, const void*, size_t, int64_t, float*, int64_t);
   void (*vec_dot)(int64_t, float*, const void*, const void*);
   const void* act;
+  size_t astride;  // bytes between the tokens' activations
   bool prefetches;
 };
 
 // Weight bytes of one product a decode kernel call covers before the next product's turn.
 constexpr size_t kStepBytes = 4096;
+// Rows a tile call of several tokens covers at least, so that tiles of two weight rows (BF16) load
+// each activation vector once for both. bench_kernels few_tokens at K3's width, 4 tokens, two
+// threads on AMD Zen 5: BF16 36.1 GB/s of weights at 2 rows, 27.6 at 1; the 1-row lane tiles lose
+// some (Q8_0_LANES 26.8 against 31.9; 19.4 before streaming) (docs/notes/i38b.md).
+constexpr int64_t kTileStepRows = 2;
 
 // The first prefetch_distance() bytes of rows [r0, r1) of each product: the prefetches during the
 // rows run that far ahead of the reads, so without these a stream that starts cold (the next
@@ -49,9 +57,9 @@ void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
 
 // Rows [r0, r1) of the products m[0..n), a few rows of each in turn (about kStepBytes of the widest),
 // so that the n streams advance together and each stays prefetched, while one decode kernel call
-// serves several short rows. Kernels that do not prefetch themselves get the lines up to
-// prefetch_distance() past each row's end requested before its dot: rows are about a page long and
-// the hardware prefetchers do not follow a stream across pages.
+// serves several short rows. Kernels that do not prefetch themselves (the tiles of several tokens)
+// get the lines up to prefetch_distance() past each row's end requested before its dots: rows are
+// about a page long and the hardware prefetchers do not follow a stream across pages.
 void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   constexpr size_t kMaxStreams = 8;
   K3_ASSERT(n <= kMaxStreams);
@@ -59,54 +67,73 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   size_t wrow[kMaxStreams], widest = 1;
   const size_t ahead = prefetch_distance();
   const bool prefetch = prefetch_enabled();
+  bool several = false;  // tokens: tile calls of kTileStepRows rows at least
   for (size_t j = 0; j < n; ++j) {
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
     widest = std::max(widest, wrow[j]);
+    several |= m[j].n_tok > 1;
     pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + ahead) & ~uintptr_t{63};
   }
   if (prefetch) prefetch_heads(m, n, r0, r1);
-  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(kStepBytes / widest));
+  // the lines of product j up to `ahead` past the end of the row at `row`
+  auto ahead_of = [&](size_t j, const uint8_t* row) {
+    if (k[j].prefetches || !prefetch) return;
+    for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end; pf[j] += 64)
+      prefetch_weights(reinterpret_cast<const char*>(pf[j]));
+  };
+  const int64_t step = std::max<int64_t>(several ? kTileStepRows : 1, static_cast<int64_t>(kStepBytes / widest));
   for (int64_t s = r0; s < r1; s += step) {
     const int64_t e = std::min(r1, s + step);
     for (size_t j = 0; j < n; ++j) {
-      const auto* w = static_cast<const uint8_t*>(m[j].w.data);
+      const Matvec& mj = m[j];
+      const auto* w = static_cast<const uint8_t*>(mj.w.data);
       if (k[j].rows) {
-        k[j].rows(m[j].w.ne0, w + s * m[j].w.nb1, m[j].w.nb1, e - s, k[j].act, m[j].y + s);
+        k[j].rows(mj.w.ne0, w + s * mj.w.nb1, mj.w.nb1, e - s, k[j].act, mj.y + s);
         continue;
       }
+      if (k[j].run) {
+        ahead_of(j, w + (e - 1) * mj.w.nb1);
+        k[j].run(mj.w.ne0, w + s * mj.w.nb1, mj.w.nb1, e - s, k[j].act, k[j].astride, mj.n_tok, mj.y + s, mj.ldy);
+        continue;
+      }
+      const auto* act = static_cast<const uint8_t*>(k[j].act);
       for (int64_t r = s; r < e; ++r) {
-        const uint8_t* row = w + r * m[j].w.nb1;
-        if (!k[j].prefetches && prefetch)
-          for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end; pf[j] += 64)
-            prefetch_weights(reinterpret_cast<const char*>(pf[j]));
-        k[j].vec_dot(m[j].w.ne0, m[j].y + r, row, k[j].act);
+        const uint8_t* row = w + r * mj.w.nb1;
+        ahead_of(j, row);
+        for (int64_t t = 0; t < mj.n_tok; ++t) k[j].vec_dot(mj.w.ne0, mj.y + t * mj.ldy + r, row, act + t * k[j].astride);
       }
     }
   }
 }
 
 // The kernels of mv[0..n), with the activations packed on the calling thread once per distinct
-// (activation, packing) pair.
+// (activations, packing) pair.
 void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
   thread_local std::vector<std::vector<uint8_t>> packs;
   size_t used = 0;
   const Isa isa = active_isa();
   for (size_t i = 0; i < n; ++i) {
-    const QuantKernels& kw = kernels(mv[i].w.type);
-    const GemmKernel* g = gemm_kernel(mv[i].w.type, isa);
-    k[i] = {nullptr, kw.vec_dot, mv[i].xq, kw.dot_prefetches};
-    if (!g || !g->rows) continue;
-    k[i].rows = g->rows;
-    k[i].prefetches = true;
-    for (size_t p = 0; p < i && k[i].act == mv[i].xq; ++p)
-      if (mv[p].xq == mv[i].xq && k[p].rows && gemm_kernel(mv[p].w.type, isa)->pack == g->pack &&
-          mv[p].w.ne0 == mv[i].w.ne0)
-        k[i].act = k[p].act;
-    if (k[i].act != mv[i].xq) continue;
+    const Matvec& m = mv[i];
+    const QuantKernels& kw = kernels(m.w.type);
+    const GemmKernel* g = gemm_kernel(m.w.type, isa);
+    const bool one = m.n_tok == 1;
+    k[i] = {nullptr, nullptr, kw.vec_dot, m.xq, m.xstride, kw.dot_prefetches};
+    if (!g || (one && !g->rows)) continue;
+    if (one) k[i].rows = g->rows, k[i].prefetches = true;
+    else k[i].run = g->run, k[i].prefetches = false;
+    const size_t ps = g->packed_size(m.w.ne0);
+    if (ps == 0) continue;  // the tiles read the activations as they are
+    for (size_t p = 0; p < i && k[i].act == m.xq; ++p)
+      if (mv[p].xq == m.xq && mv[p].n_tok == m.n_tok && mv[p].xstride == m.xstride && mv[p].w.ne0 == m.w.ne0 &&
+          (k[p].rows || k[p].run) && gemm_kernel(mv[p].w.type, isa)->pack == g->pack)
+        k[i].act = k[p].act, k[i].astride = k[p].astride;
+    if (k[i].act != m.xq) continue;
     if (packs.size() <= used) packs.resize(used + 1);
-    scratch_size(packs[used], g->packed_size(mv[i].w.ne0));
-    g->pack(mv[i].xq, packs[used].data(), mv[i].w.ne0);
+    scratch_size(packs[used], static_cast<size_t>(m.n_tok) * ps);
+    for (int64_t t = 0; t < m.n_tok; ++t)
+      g->pack(static_cast<const uint8_t*>(m.xq) + t * m.xstride, packs[used].data() + t * ps, m.w.ne0);
     k[i].act = packs[used++].data();
+    k[i].astride = ps;
   }
 }
 

@@ -1,5 +1,6 @@
-// One-token products (decode): several matrix-vector products in one parallel region, against
-// activations quantized once by the caller. Each output is one vec_dot, exactly as matmul computes it.
+// Products of one token (decode) or a few (the rows of a speculative verify pass): several of them
+// in one parallel region, against activations quantized once by the caller, each weight row read
+// once for all of a product's tokens. Each output is one vec_dot, exactly as matmul computes it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,11 +11,15 @@
 
 namespace k3 {
 
-// y = W x for one token, x already in the weight's vec_dot_type (quantize_activation).
+// y = W x for one token, x already in the weight's vec_dot_type (quantize_activation); for n_tok
+// tokens, token t's activation at xq + t * xstride bytes and its outputs at y + t * ldy.
 struct Matvec {
   WeightView w;
   const void* xq;
   float* y;
+  int64_t n_tok = 1;
+  size_t xstride = 0;
+  int64_t ldy = 0;
 };
 
 // x (n floats) converted to the vec_dot_type of weights of type `wtype` into `buf` (grown as needed),
