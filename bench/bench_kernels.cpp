@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "../tests/tensor/ggml_cpu_oracle.h"
+#include "../tests/support/ggml_cpu_oracle.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/repack.h"
@@ -38,7 +38,7 @@ using T = GgmlType;
 
 const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
                           T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
-                          T::Q8_0_LANES, T::MXFP4_LANES};
+                          T::Q8_0_X8, T::MXFP4_LANES};
 constexpr int64_t kRow = 7168;  // K3 hidden size: one row in L1/L2
 
 std::vector<Isa> isas() {
@@ -59,7 +59,7 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
 // rows × n weights of type t: quantized, and for a repacked type (tensor/repack.h) quantized as
 // the file type it comes from, then repacked.
 void quantize_weights(T t, const float* x, uint8_t* w, int64_t rows, int64_t n) {
-  const T file = t == T::MXFP4_LANES ? T::MXFP4 : t == T::Q8_0_LANES ? T::Q8_0 : t;
+  const T file = t == T::MXFP4_LANES ? T::MXFP4 : t == T::Q8_0_X8 ? T::Q8_0 : t;
   quantize_rows(file, x, w, rows, n, nullptr);
   if (file != t) repack_rows(file, w, rows, n, row_size(t, n));
 }
@@ -483,7 +483,7 @@ void register_all() {
     }
   if (test::GgmlCpu::get())
     for (T t : kWeightTypes)
-      if (t != T::MXFP4_LANES && t != T::Q8_0_LANES)  // k3's own layouts
+      if (t != T::MXFP4_LANES && t != T::Q8_0_X8)  // k3's own layouts
         benchmark::RegisterBenchmark(("vec_dot/" + std::string(type_name(t)) + "/ggml-" + test::GgmlCpu::get()->variant()).c_str(),
                                    BM_vec_dot_ggml, t);
   for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K})
@@ -498,7 +498,7 @@ void register_all() {
     if (isa != Isa::AvxVnni)  // vector math has no AVX-VNNI form
       benchmark::RegisterBenchmark(("delta_rule/" + std::string(isa_name(isa))).c_str(), BM_delta_rule, isa);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
-  for (T t : {T::Q4_K, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
+  for (T t : {T::Q4_K, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {
       if (isa == Isa::Scalar) continue;  // minutes per pass; not a bandwidth candidate
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
@@ -510,19 +510,19 @@ void register_all() {
         if (isa != Isa::Scalar)
           benchmark::RegisterBenchmark(("experts/" + std::string(name) + "/" + type_name(t) + "/" + isa_name(isa)).c_str(), BM_experts, t, isa, sh)
               ->Arg(1)->Arg(2)->UseManualTime()->Iterations(40)->Unit(benchmark::kMillisecond);
-  for (T t : {T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::BF16, T::Q4_K})
+  for (T t : {T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::BF16, T::Q4_K})
     for (Isa isa : isas())
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("prefetch_ab/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_prefetch_ab, t, isa)
             ->Arg(1)->Arg(2)->UseManualTime()->Iterations(12)->Unit(benchmark::kMillisecond);
-  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K})
+  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K})
     for (Isa isa : isas())
       for (bool tiled : {true, false}) {
         if (isa == Isa::Scalar) continue;
         const std::string name = "gemm/" + std::string(type_name(t)) + "/" + isa_name(isa) + (tiled ? "/tiled" : "/vec_dot");
         benchmark::RegisterBenchmark(name.c_str(), BM_gemm, t, isa, tiled)->Arg(512)->Arg(2048)->Arg(kRow)->Unit(benchmark::kMillisecond);
       }
-  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::Q8_0_LANES, T::MXFP4, T::MXFP4_LANES})
+  for (T t : {T::F32, T::Q4_K, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES})
     for (Isa isa : isas())
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t, isa)

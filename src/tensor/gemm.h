@@ -31,7 +31,7 @@ struct GemmKernel {
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
 // per-(row, token) vec_dot is the product). Tiled today: F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL,
-// MXFP4, Q2_K..Q6_K and the lane layouts Q8_0_LANES, MXFP4_LANES (tensor/repack.h) on AVX2,
+// MXFP4, Q2_K..Q6_K and the lane layouts Q8_0_X8, MXFP4_LANES (tensor/repack.h) on AVX2,
 // AVX-VNNI and AVX-512; every level also has decode rows for the 32-element block types and the
 // lane layouts (their 256-bit forms, AVX-512 included).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);

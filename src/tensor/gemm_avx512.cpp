@@ -130,6 +130,8 @@ struct Bf16Gemm {
 #include "tensor/simd256_block32.inc"
 #include "tensor/gemm_block32.inc"
 #include "tensor/gemm_lanes.inc"
+#include "tensor/simd256_elem.inc"
+#include "tensor/gemm_elem.inc"
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
@@ -262,13 +264,13 @@ struct KDot {
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
 constexpr GemmKernel kBf16 = unpacked<Bf16Gemm>();
-constexpr GemmKernel kQ80 = block32_kernel<Q80B>();
+constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
-constexpr GemmKernel kQ80Lanes = lanes_kernel<Q80LanesW>();
-constexpr GemmKernel kQ50 = block32_kernel<Q50B>();
+constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
+constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
@@ -289,7 +291,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
     case GgmlType::MXFP4_LANES: return &kMxfp4Lanes;
-    case GgmlType::Q8_0_LANES: return &kQ80Lanes;
+    case GgmlType::Q8_0_X8: return &kQ80X8;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
     case GgmlType::Q3_K: return &kQ3K;

@@ -1,6 +1,6 @@
 // Weight layouts that k3 keeps in memory only: rows repacked at load so that the SIMD kernels read
 // them with fewer instructions. A repacked row holds the same values in the same bytes per element,
-// and its products give the file type's bits (the same block terms, summed in the same lanes), so
+// and its products give the file type's bits (the same block sums, added in the same order), so
 // repacking never changes results.
 #pragma once
 #include <cstddef>
@@ -11,8 +11,9 @@
 namespace k3 {
 
 // The type rows of type t and ne0 elements become, or t where there is no faster layout: MXFP4 and
-// Q8_0 rows whose width is a multiple of 256 become MXFP4_LANES and Q8_0_LANES (blocks.h: every 8
-// blocks one group whose block sums land in the kernels' lanes without horizontal sums).
+// Q8_0 rows whose width is a multiple of 256 become MXFP4_LANES and Q8_0_X8 (blocks.h: every 8
+// MXFP4 blocks one group whose block sums land in the kernels' lanes without horizontal sums; every
+// 8 Q8_0 blocks one group with its 8 scales in one load).
 GgmlType repacked_type(GgmlType t, int64_t ne0);
 
 // Whether the values of nrows rows of type t (ne0 elements, `stride` bytes apart) fit

@@ -30,7 +30,7 @@ constexpr TypeInfo kTypes[] = {
     {T::Q2_0, "q2_0", 64, 18, false},
 };
 // 8 blocks as one: the same bytes per element, so row sizes and strides do not change.
-constexpr TypeInfo kLanes[] = {{T::Q8_0_LANES, "q8_0_lanes", 256, 272, true},
+constexpr TypeInfo kLanes[] = {{T::Q8_0_X8, "q8_0_x8", 256, 272, true},
                                {T::MXFP4_LANES, "mxfp4_lanes", 256, 136, true}};
 
 bool iequal(std::string_view a, std::string_view b) {

@@ -152,6 +152,46 @@ Rows read_rows(const std::string& path, size_t n, int32_t n_vocab) {
   return r;
 }
 
+// k3 (every kernel set this CPU has) against llama.cpp's logits of `file` (type_matrix.mjs wrote
+// them, batch and incremental): the closest pair within 1e-3 + 4 x the larger of llama.cpp's
+// batch-vs-incremental spread and k3's spread over its kernel sets, at every position, and at every
+// position the same top-1 as llama.cpp's batch unless its two best logits lie within that bound.
+void expect_agreement(const model::Model& m, const std::string& file, const std::vector<int32_t>& ids,
+                      const std::string& what, const char* tag) {
+  const Rows lb = read_rows(file + ".batch.logits", ids.size(), m.n_vocab());
+  const Rows li = read_rows(file + ".incremental.logits", ids.size(), m.n_vocab());
+  double best = INFINITY, k3_spread = 0;
+  const double llama_spread = max_abs_diff(lb, li);
+  std::vector<Rows> by_isa;
+  std::string per_isa;
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
+    set_isa(isa);
+    by_isa.push_back(k3_logits(m, ids, 0));
+    const double d = std::min(max_abs_diff(by_isa.back(), lb), max_abs_diff(by_isa.back(), li));
+    best = std::min(best, d);
+    k3_spread = std::max(k3_spread, max_abs_diff(by_isa.back(), by_isa.front()));
+    per_isa += strprintf(" %s %.2g", isa_name(isa), d);
+  }
+  set_isa(cpu_best_isa());
+  const double tol = 1e-3 + 4 * std::max(llama_spread, k3_spread);
+  int near_ties = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const std::vector<float>& ref = lb.rows[t];
+    std::vector<float> top(ref);
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    if (top[0] - top[1] <= tol) {
+      ++near_ties;
+      continue;
+    }
+    const auto argmax = [](const std::vector<float>& r) { return std::max_element(r.begin(), r.end()) - r.begin(); };
+    for (const Rows& k : by_isa) EXPECT_EQ(argmax(k.rows[t]), argmax(ref)) << what << ": top-1 at position " << t;
+  }
+  std::printf("[%s] %-21s both run; k3 vs llama.cpp %.3g (%s; spread llama %.2g, k3 %.2g; bound %.3g; %d near ties)\n",
+              tag, what.c_str(), best, per_isa.c_str() + 1, llama_spread, k3_spread, tol, near_ties);
+  EXPECT_LE(best, tol) << what;
+}
+
 class TypeMatrix : public ::testing::TestWithParam<Class> {};
 
 TEST_P(TypeMatrix, K3AgreesWithLlamaCpp) {
@@ -209,26 +249,7 @@ TEST_P(TypeMatrix, K3AgreesWithLlamaCpp) {
     }
     ++ran;
     ASSERT_TRUE(m) << cls.name << " " << type << ": llama.cpp runs the file but k3 refuses it: " << k3_error;
-    const Rows lb = read_rows(file + ".batch.logits", ids.size(), m->n_vocab());
-    const Rows li = read_rows(file + ".incremental.logits", ids.size(), m->n_vocab());
-    double best = INFINITY, k3_spread = 0;
-    const double llama_spread = max_abs_diff(lb, li);
-    std::vector<Rows> by_isa;
-    std::string per_isa;
-    for (Isa isa : kAllIsas) {
-      if (!isa_supported(isa)) continue;
-      set_isa(isa);
-      by_isa.push_back(k3_logits(*m, ids, 0));
-      const double d = std::min(max_abs_diff(by_isa.back(), lb), max_abs_diff(by_isa.back(), li));
-      best = std::min(best, d);
-      k3_spread = std::max(k3_spread, max_abs_diff(by_isa.back(), by_isa.front()));
-      per_isa += strprintf(" %s %.2g", isa_name(isa), d);
-    }
-    set_isa(cpu_best_isa());
-    const double tol = 1e-3 + 4 * std::max(llama_spread, k3_spread);
-    std::printf("[types] %-14s %-6s both run; k3 vs llama.cpp %.3g (%s; spread llama %.2g, k3 %.2g; bound %.3g)\n",
-                cls.name, type.c_str(), best, per_isa.c_str() + 1, llama_spread, k3_spread, tol);
-    EXPECT_LE(best, tol) << cls.name << " " << type;
+    expect_agreement(*m, file, ids, std::string(cls.name) + " " + type, "types");
   }
   std::printf("[types] %s: %d types computed by both, %d refused by both, %d run by k3 only (llama.cpp's AMX defect)\n",
               cls.name, ran, refused, amx);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "ggml_cpu_oracle.h"
+#include "support/ggml_cpu_oracle.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
 #include "tensor/gemm.h"
@@ -26,12 +26,15 @@ const T kActTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K};
 
 // Quantized dots whose SIMD forms evaluate the scalar reference's float operations in its order, so
 // that they give its bits on every ISA: the K-quants and IQ4_XS (one value per super-block) and
-// the 32-element block types (simd256_block32.inc, at every level).
+// the 32-element block types (simd256_block32.inc and simd256_elem.inc, at every level).
 bool order_exact(T t) {
   return t == T::Q2_K || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K || t == T::IQ4_XS ||
          t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4;
 }
 bool is_float(T t) { return t == T::F32 || t == T::F16 || t == T::BF16; }
+// Dots whose reference sums in the order of ggml's x86 vec_dot (its AVX2 form, in every x86 build
+// with AVX2), so that they give its bits (docs/model.md, "Parity").
+bool ggml_order(T t) { return t == T::Q8_0 || t == T::Q5_0 || t == T::Q2_K || t == T::Q6_K || t == T::IQ4_XS; }
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> v;
@@ -267,6 +270,10 @@ TEST(KernelsVsGgml, VecDot) {
         const double err = std::fabs(static_cast<double>(mine) - theirs);
         worst = std::max(worst, scale > 0 ? err / scale : err);
         EXPECT_LE(err, 1e-6 * scale) << type_name(t) << " n=" << n << " mode " << int(m) << ": " << mine << " vs " << theirs;
+        if (ggml_order(t)) {
+          EXPECT_EQ(std::memcmp(&mine, &theirs, sizeof(float)), 0)
+              << type_name(t) << " n=" << n << ": not ggml's bits, " << mine << " vs " << theirs;
+        }
       }
     }
     std::printf("%-7s worst |k3 - ggml| / sum|terms| = %.2e\n", type_name(t), worst);

@@ -65,7 +65,7 @@ Bytes repacked(T t, const Bytes& w, int64_t rows, int64_t n) {
 }
 
 // File types and the layouts they repack into.
-constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_LANES}};
+constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_X8}};
 
 float dot(T t, Isa isa, const uint8_t* w, const uint8_t* a, int64_t n) {
   float s;
