@@ -297,8 +297,7 @@ void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
 // the dot is lanes_total(acc). ggml instead forms each super-block's value
 // from its totals; the lanes spare the SIMD forms a horizontal sum per super-block
 // (docs/performance.md, "K-quant sums").
-struct KqLanes {
-  float acc[8] = {};
+struct KqInts {
   int32_t isum[8], msum[8];
 
   // Zeroes the integer lanes and adds Σ scale[e / sub]·code[e]·a[e] to isum.
@@ -314,17 +313,35 @@ struct KqLanes {
       else msum[l] += t;
     }
   }
+};
+struct KqLanes : KqInts {
+  float acc[8] = {};
   void add(float da, float dw, float dmin) {
     for (int l = 0; l < 8; ++l)
       acc[l] = std::fma(da * dw, static_cast<float>(isum[l]), std::fma(-(da * dmin), static_cast<float>(msum[l]), acc[l]));
   }
   float total() const { return lanes_total(acc); }
 };
+// Q2_K_SB: the order of llama.cpp's repacked Q2_K on its AVX-512 builds as its gemv sums it (every
+// decode step, and the n % 4 last tokens of a batch; its gemm, for the 4-token groups, adds each
+// 128-element half separately): a super-block's isum and msum added up exactly, one FMA each into
+// two float sums, subtracted at the end.
+struct KqBlocks : KqInts {
+  float sum = 0.0f, mins = 0.0f;
+  void add(float da, float dw, float dmin) {
+    int32_t is = 0, ms = 0;
+    for (int l = 0; l < 8; ++l) is += isum[l], ms += msum[l];
+    sum = std::fma(static_cast<float>(is), dw * da, sum);
+    mins = std::fma(static_cast<float>(ms), dmin * da, mins);
+  }
+  float total() const { return sum - mins; }
+};
 
+template <class Sum>
 void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q2_K*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
+  Sum k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int8_t c[QK_K];
     for (int e = 0; e < QK_K; ++e)
@@ -473,7 +490,8 @@ void register_scalar_kernels(KernelTable& t) {
   set(T::Q8_0, T::Q8_0, to_float_ref<T::Q8_0>, vec_dot_q8_0);
   set(T::Q8_0_X8, T::Q8_0, to_float_ref<T::Q8_0_X8>, vec_dot_q8_0_x8);
   set(T::Q8_1, T::Q8_1, to_float_ref<T::Q8_1>, nullptr);
-  set(T::Q2_K, T::Q8_K, to_float_ref<T::Q2_K>, vec_dot_q2_K);
+  set(T::Q2_K, T::Q8_K, to_float_ref<T::Q2_K>, vec_dot_q2_K<KqLanes>);
+  set(T::Q2_K_SB, T::Q8_K, to_float_ref<T::Q2_K_SB>, vec_dot_q2_K<KqBlocks>);
   set(T::Q3_K, T::Q8_K, to_float_ref<T::Q3_K>, vec_dot_q3_K);
   set(T::Q4_K, T::Q8_K, to_float_ref<T::Q4_K>, vec_dot_q45_K<false, block_q4_K>);
   set(T::Q5_K, T::Q8_K, to_float_ref<T::Q5_K>, vec_dot_q45_K<true, block_q5_K>);

@@ -272,6 +272,7 @@ constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
+constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, KqBlockSum>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
 constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
@@ -294,6 +295,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q8_0_X8: return &kQ80X8;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
+    case GgmlType::Q2_K_SB: return &kQ2KSb;
     case GgmlType::Q3_K: return &kQ3K;
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q5_K: return &kQ5K;

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "tensor/blocks.h"
+#include "tensor/kernels.h"
 
 namespace k3 {
 
@@ -57,15 +58,16 @@ void regroup(uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
 
 }  // namespace
 
-GgmlType repacked_type(GgmlType t, int64_t ne0) {
+GgmlType repacked_type(GgmlType t, int64_t ne0, int64_t ne1) {
   if (ne0 <= 0 || ne0 % QK_K != 0) return t;
   if (t == GgmlType::MXFP4) return GgmlType::MXFP4_LANES;
   if (t == GgmlType::Q8_0) return GgmlType::Q8_0_X8;
+  if (t == GgmlType::Q2_K && ne1 % 8 == 0 && active_isa() == Isa::Avx512) return GgmlType::Q2_K_SB;
   return t;
 }
 
 bool repackable(GgmlType t, const uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
-  if (repacked_type(t, ne0) == t || t != GgmlType::MXFP4) return true;
+  if (t != GgmlType::MXFP4 || ne0 % QK_K != 0) return true;
   for (int64_t r = 0; r < nrows; ++r) {
     const auto* x = reinterpret_cast<const block_mxfp4*>(rows + static_cast<size_t>(r) * stride);
     for (int64_t i = 0; i < ne0 / QK; ++i)
@@ -75,10 +77,9 @@ bool repackable(GgmlType t, const uint8_t* rows, int64_t nrows, int64_t ne0, siz
 }
 
 void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
-  if (repacked_type(t, ne0) == t) return;
+  if (ne0 % QK_K != 0) return;
   if (t == GgmlType::MXFP4) return regroup<block_mxfp4>(rows, nrows, ne0, stride);
-  K3_ASSERT(t == GgmlType::Q8_0);
-  regroup<block_q8_0>(rows, nrows, ne0, stride);
+  if (t == GgmlType::Q8_0) return regroup<block_q8_0>(rows, nrows, ne0, stride);
 }
 
 }  // namespace k3

@@ -17,8 +17,8 @@ namespace {
 
 using T = GgmlType;
 
-const T kTypes[] = {T::F32,  T::F16,  T::BF16, T::Q8_0, T::Q4_0, T::Q5_0,  T::IQ4_NL,
-                     T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS};
+const T kTypes[] = {T::F32,  T::F16,  T::BF16,    T::Q8_0, T::Q4_0, T::Q5_0, T::IQ4_NL, T::MXFP4,
+                    T::Q2_K, T::Q2_K_SB, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS};
 
 struct Case {
   int64_t n, rows, tokens;
@@ -38,7 +38,7 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
   std::vector<float> f(cs.n);
   for (int64_t r = 0; r < cs.rows; ++r) {
     for (float& v : f) v = nd(rng) * 0.05f;
-    quantize_rows(t, f.data(), w.data() + r * ws, 1, cs.n, nullptr);
+    quantize_rows(t == T::Q2_K_SB ? T::Q2_K : t, f.data(), w.data() + r * ws, 1, cs.n, nullptr);  // the same bytes
   }
   const size_t arow = row_size(vt, cs.n);
   std::vector<uint8_t> a(arow * cs.tokens);
