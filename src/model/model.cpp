@@ -85,8 +85,9 @@ size_t Model::repack_weights() {
     Tensor& t = bound(w_, r);
     if (!t || r.def.global == &Weights::token_embd) return;
     const GgmlType rt = repacked_type(t.type, t.ne[0], t.ne[1]);
-    if (rt != t.type && repack_keeps_bytes(t.type)) t.type = rt;  // read in place
-    else if (rt != t.type) mats.push_back(&t);
+    if (rt == t.type) return;
+    if (repack_keeps_bytes(t.type)) t.type = rt;  // read in place
+    else mats.push_back(&t);
   });
   // Pieces of about 8 MB of the matrices, worked on by every core (a K3 trunk is tens of GB).
   struct Piece {
