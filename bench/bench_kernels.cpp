@@ -24,6 +24,7 @@
 #include "../tests/support/ggml_cpu_oracle.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 #include "tensor/repack.h"
 #include "tensor/matmul.h"
 #include "tensor/matvec.h"
@@ -38,7 +39,11 @@ using T = GgmlType;
 
 const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
                           T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
-                          T::Q8_0_X8, T::MXFP4_LANES};
+                          T::Q8_0_X8, T::MXFP4_LANES, T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0,
+                          T::IQ3_XXS, T::IQ3_S, T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
+// The types of docs/formats.md, for their tile benchmarks.
+const T kLowBitTypes[] = {T::Q1_0,    T::Q2_0,    T::NVFP4,  T::TQ1_0, T::TQ2_0, T::IQ3_XXS,
+                          T::IQ3_S,   T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
 constexpr int64_t kRow = 7168;  // K3 hidden size: one row in L1/L2
 
 std::vector<Isa> isas() {
@@ -56,11 +61,12 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return v;
 }
 
-// rows × n weights of type t: quantized, and for a repacked type (tensor/repack.h) quantized as
-// the file type it comes from, then repacked.
+// rows × n weights of type t: quantized (with a flat importance matrix where ggml needs one), and
+// for a repacked type (tensor/repack.h) quantized as the file type it comes from, then repacked.
 void quantize_weights(T t, const float* x, uint8_t* w, int64_t rows, int64_t n) {
   const T file = t == T::MXFP4_LANES ? T::MXFP4 : t == T::Q8_0_X8 ? T::Q8_0 : t;
-  quantize_rows(file, x, w, rows, n, nullptr);
+  const std::vector<float> flat(ref::requires_imatrix(file) ? n : 0, 1.0f);
+  quantize_rows(file, x, w, rows, n, flat.empty() ? nullptr : flat.data());
   if (file != t) repack_rows(file, w, rows, n, row_size(t, n));
 }
 
@@ -197,7 +203,7 @@ void BM_membw(benchmark::State& st) {
 // orders: row after row (one stream); rows r and r + 1 side by side, then r + 2 and r + 3 (two
 // interleaved streams through one region: what a two-row decode over neighbouring rows reads);
 // rows i and i + H of the buffer's two halves side by side (two sequential streams). Decides how a
-// kernel that takes several rows at once must pick them (docs/performance.md, "Issue 15").
+// kernel that takes several rows at once must pick them (docs/performance.md, "What did not pay").
 enum class RowOrder { One, Pairs, Halves };
 
 void BM_row_order(benchmark::State& st, RowOrder order) {
@@ -323,7 +329,7 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) {
 // What a decode token reads in a MoE layer: k of E stacked experts (gate and up [F rows of dl],
 // then down [dl rows of F]), picked at random each iteration, through matvec_batch as the model
 // calls it (gate and up side by side, then the downs). Many short streams start cold, unlike the
-// one long stream of matvec/ (docs/performance.md, "Lane layouts", stop 31). Shapes: m64's (1024 x
+// one long stream of matvec/ (docs/performance.md, "Expert stream heads"). Shapes: m64's (1024 x
 // 1024, 8 of 64) and K3's (3584 x 3072, 16 of 64 here; the stack is larger than L3 either way).
 struct ExpertShape {
   int64_t dl, F, E, k;
@@ -452,10 +458,11 @@ void BM_gemm(benchmark::State& st, T t, Isa isa, bool tiled) {
   quantize_weights(t, random_floats(kRow * rows, 8).data(), w.data(), rows, kRow);
   const std::vector<float> x = random_floats(kRow * n_tokens, 9);
   for (int64_t k = 0; k < n_tokens; ++k) kernels(kw.vec_dot_type, isa).from_float(x.data() + k * kRow, a.data() + k * arow, kRow);
-  const size_t ps = tiled && g->packed_size(kRow) ? g->packed_size(kRow) : arow;
+  const bool pack = tiled && g->packed_size(kRow) > 0;
+  const size_t ps = pack ? g->packed_size(kRow) : arow;
   std::vector<uint8_t> packed(ps * n_tokens);
   for (int64_t k = 0; k < n_tokens; ++k) {
-    if (ps != arow) g->pack(a.data() + k * arow, packed.data() + k * ps, kRow);
+    if (pack) g->pack(a.data() + k * arow, packed.data() + k * ps, kRow);
     else std::memcpy(packed.data() + k * ps, a.data() + k * arow, arow);
   }
   std::vector<float> y(rows * n_tokens);
@@ -505,7 +512,7 @@ void register_all() {
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
   for (auto [name, sh] : {std::pair{"m64", ExpertShape{1024, 1024, 64, 8}}, {"k3", ExpertShape{3584, 3072, 64, 16}}})
-    for (T t : {T::MXFP4, T::MXFP4_LANES, T::Q4_K})
+    for (T t : {T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::IQ2_XXS, T::IQ1_S})
       for (Isa isa : isas())
         if (isa != Isa::Scalar)
           benchmark::RegisterBenchmark(("experts/" + std::string(name) + "/" + type_name(t) + "/" + isa_name(isa)).c_str(), BM_experts, t, isa, sh)
@@ -515,7 +522,9 @@ void register_all() {
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("prefetch_ab/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_prefetch_ab, t, isa)
             ->Arg(1)->Arg(2)->UseManualTime()->Iterations(12)->Unit(benchmark::kMillisecond);
-  for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K})
+  std::vector<T> gemm_types = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K};
+  gemm_types.insert(gemm_types.end(), std::begin(kLowBitTypes), std::end(kLowBitTypes));
+  for (T t : gemm_types)
     for (Isa isa : isas())
       for (bool tiled : {true, false}) {
         if (isa == Isa::Scalar) continue;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Streaming experts benchmark (docs/benchmarks.md, "Larger than RAM"). Needs root and the cgroup-v1
+# Streaming experts benchmark (docs/benchmarks.md, "Streaming experts"). Needs root and the cgroup-v1
 # memory controller (/sys/fs/cgroup/memory). Usage:
 #   bench/larger_than_ram.sh K3 MODEL CAP "CACHE1 CACHE2 CACHE3" [THREADS] [N_GEN] [LLAMA_CAPS]
 # Prints: the drive's O_DIRECT rate, k3 bench in a CAP group at each cache size (freq policy, a

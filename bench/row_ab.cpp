@@ -4,7 +4,7 @@
 // alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
 // 7168 inputs; and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
-// run to run, so a kernel change is judged by the ratio (docs/performance.md, "Issue 15"). A second
+// run to run, so a kernel change is judged by the ratio (docs/performance.md, "Measuring"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
 // apart on Zen 4 (loop alignment), so a change counts only where A/B is further from 1 than A/A'.
 // Built and run by bench/row_ab (once a kernel level: the flags and K3_AVX512 select the forms),

@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -64,10 +65,43 @@ bool begins(const FileInfo& f, Key k) {
 
 }  // namespace
 
-DiskTier::DiskTier(const Layout& l, const Identity& id, const std::string& dir, int64_t budget, size_t max_queued,
+uint64_t tokens_hash(std::span<const int32_t> ids, std::span<const uint64_t> content) {
+  XXH3_state_t* hs = XXH3_createState();
+  XXH3_64bits_reset(hs);
+  XXH3_64bits_update(hs, ids.data(), ids.size() * sizeof(int32_t));
+  XXH3_64bits_update(hs, content.data(), content.size() * sizeof(uint64_t));
+  const uint64_t h = XXH3_64bits_digest(hs);
+  XXH3_freeState(hs);
+  return h;
+}
+
+std::string entry_name(uint64_t identity, uint64_t tokens) {
+  return strprintf("%016llx-%016llx", static_cast<unsigned long long>(identity), static_cast<unsigned long long>(tokens)) +
+         kExt;
+}
+
+void remove_stale_temporaries(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(kTmp, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kTmp), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
+std::string temporary_for(const std::string& path) {
+  static std::atomic<unsigned long long> counter{0};
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  return dir + "/" + kTmp + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+}
+
+DiskTier::DiskTier(const Shares& s, const Identity& id, const std::string& dir, int64_t budget, size_t max_queued,
                    Log log)
-    : l_(l), id_(id), dir_(dir), budget_(budget), max_queued_(max_queued), log_(std::move(log)) {
-  prefix_ = strprintf("%016llx-", static_cast<unsigned long long>(id_.hash));
+    : s_(s), l_(s.layout()), id_(id), dir_(dir), budget_(budget), max_queued_(max_queued), log_(std::move(log)) {
   if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST)
     fail("--cache-dir %s: cannot create the directory: %s", dir_.c_str(), std::strerror(errno));
   struct stat sb {};
@@ -91,35 +125,21 @@ DiskTier::~DiskTier() {
   thread_.join();
 }
 
-std::string DiskTier::name_of(const std::vector<int32_t>& ids, const std::vector<uint64_t>& content) const {
-  XXH3_state_t* hs = XXH3_createState();
-  XXH3_64bits_reset(hs);
-  XXH3_64bits_update(hs, ids.data(), ids.size() * sizeof(int32_t));
-  XXH3_64bits_update(hs, content.data(), content.size() * sizeof(uint64_t));
-  const uint64_t h = XXH3_64bits_digest(hs);
-  XXH3_freeState(hs);
-  return prefix_ + strprintf("%016llx", static_cast<unsigned long long>(h)) + kExt;
-}
-
 void DiskTier::scan() {
   struct stat ds {};
   if (::stat(dir_.c_str(), &ds) != 0) return;
   if (mtime_ns(ds) == dir_mtime_ns_) return;
   dir_mtime_ns_ = mtime_ns(ds);
+  remove_stale_temporaries(dir_);  // writes that a killed process left behind: never usable files
   DIR* d = ::opendir(dir_.c_str());
   if (!d) return;
   std::set<std::string> seen;
   size_t new_foreign = 0;
+  const std::string prefix = entry_name(id_.hash, 0).substr(0, 17);
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name, path = dir_ + "/" + name;
-    if (name.rfind(kTmp, 0) == 0) {
-      // A write that a killed process left behind (its pid is gone): never a usable file.
-      const long pid = std::strtol(name.c_str() + std::strlen(kTmp), nullptr, 10);
-      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink(path.c_str());
-      continue;
-    }
     if (!ends_with(name, kExt)) continue;
-    if (name.rfind(prefix_, 0) != 0) {
+    if (name.rfind(prefix, 0) != 0) {
       new_foreign += foreign_seen_.insert(name).second;
       continue;
     }
@@ -161,8 +181,9 @@ std::shared_ptr<const FileInfo> DiskTier::find(Key k, int64_t than) {
 
 std::shared_ptr<Snapshot> DiskTier::load(const FileInfo& f, model::State& st, std::vector<float>* logits) {
   const auto t0 = Clock::now();
+  const FileRef where{tokens_hash(f.ids, f.content), {}};
   try {
-    auto snaps = read_pieces(f, f.snaps.size() - 1, l_, st);
+    auto snaps = s_.read(f, where, st);
     apply_snapshot(l_, st, *snaps.back(), logits);
     const int64_t now = touch(f.path);
     std::lock_guard<std::mutex> lk(mu_);
@@ -172,9 +193,11 @@ std::shared_ptr<Snapshot> DiskTier::load(const FileInfo& f, model::State& st, st
     st_.load_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     return snaps.back();
   } catch (const FileError& err) {
-    // A file another server removed is a plain miss; anything else is a bad file.
+    // A file another server removed is a plain miss; anything else is a bad file. An entry that
+    // another process of the job lacks is of no use here either: every process's file goes.
     const bool gone = err.kind == FileError::Missing;
     log_(gone ? Level::Debug : Level::Warn, std::string("prompt cache: not using ") + err.what());
+    if (err.kind == FileError::Partial) ::unlink(f.path.c_str()), s_.remove(where);
     std::lock_guard<std::mutex> lk(mu_);
     const std::string name = f.path.substr(f.path.find_last_of('/') + 1);
     index_.erase(name);
@@ -231,15 +254,18 @@ void DiskTier::make_room(uint64_t need) {
     auto oldest = index_.begin();
     for (auto it = index_.begin(); it != index_.end(); ++it)
       if (it->second.mtime_ns < oldest->second.mtime_ns) oldest = it;
-    ::unlink(oldest->second.info->path.c_str());
-    total -= oldest->second.info->bytes;
+    const FileInfo& f = *oldest->second.info;
+    ::unlink(f.path.c_str());
+    s_.remove(FileRef{tokens_hash(f.ids, f.content), {}});
+    total -= f.bytes;
     index_.erase(oldest);
     ++st_.removed;
   }
 }
 
 void DiskTier::write_one(PathData& p) {
-  const std::string name = name_of(p.ids, p.content), path = dir_ + "/" + name;
+  const uint64_t hash = tokens_hash(p.ids, p.content);
+  const std::string name = entry_name(id_.hash, hash), path = dir_ + "/" + name;
   const uint64_t need = path_bytes(l_, p);
   auto no_space = [&](const std::string& why) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -270,15 +296,13 @@ void DiskTier::write_one(PathData& p) {
   if (free < need + (16u << 20))
     return no_space(strprintf("the disk is full (%s free, %s needed)", format_size(free).c_str(),
                               format_size(need).c_str()));
-  std::string tmp;
   {
     std::lock_guard<std::mutex> lk(mu_);
     make_room(need);
-    tmp = dir_ + "/" + kTmp + std::to_string(::getpid()) + "-" + std::to_string(++tmp_counter_);
   }
   const auto t0 = Clock::now();
   try {
-    write_file(path, tmp, l_, id_, p);
+    s_.write(path, id_, p, nullptr, FileRef{hash, {}}, false);
     auto info = std::make_shared<const FileInfo>(read_info(path, l_, id_));
     struct stat sb {};
     ::stat(path.c_str(), &sb);

@@ -13,14 +13,26 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "cache/file.h"
 #include "cache/log.h"
+#include "cache/peers.h"
 #include "cache/tree.h"
 
 namespace k3::cache {
+
+// The hash of a token sequence that names its entries (one per process of an mpirun job, each
+// named by that process's identity): IDENTITY-TOKENS.k3pc.
+uint64_t tokens_hash(std::span<const int32_t> ids, std::span<const uint64_t> content);
+std::string entry_name(uint64_t identity, uint64_t tokens);
+// Removes the temporary files of writers that are gone (a killed process) from dir.
+void remove_stale_temporaries(const std::string& dir);
+// A temporary name beside `path` for it while this process writes it (remove_stale_temporaries
+// knows it by its pid).
+std::string temporary_for(const std::string& path);
 
 struct DiskStats {
   long long files = 0, bytes = 0, budget = 0;
@@ -34,7 +46,8 @@ struct DiskStats {
 
 class DiskTier {
  public:
-  DiskTier(const Layout& l, const Identity& id, const std::string& dir, int64_t budget, size_t max_queued, Log log);
+  // Its copies and files through s (every process's, under mpirun).
+  DiskTier(const Shares& s, const Identity& id, const std::string& dir, int64_t budget, size_t max_queued, Log log);
   ~DiskTier();  // writes what is queued, then stops
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
@@ -59,11 +72,11 @@ class DiskTier {
   void run();
   void write_one(PathData& p);
   void make_room(uint64_t need);  // with mu_ held
-  std::string name_of(const std::vector<int32_t>& ids, const std::vector<uint64_t>& content) const;
 
+  Shares s_;
   Layout l_;
   Identity id_;
-  std::string dir_, prefix_;
+  std::string dir_;
   int64_t budget_;
   size_t max_queued_;
   Log log_;
@@ -78,7 +91,6 @@ class DiskTier {
   size_t queued_bytes_ = 0;
   bool busy_ = false, stop_ = false;
   std::chrono::steady_clock::time_point paused_until_{};
-  unsigned long long tmp_counter_ = 0;
   DiskStats st_;
   std::thread thread_;
 };

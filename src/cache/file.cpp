@@ -31,13 +31,14 @@ class Fd {
   int fd_;
 };
 
-// The contiguous row ranges of MLA layer j at positions [a, b) of p.
+// The contiguous row ranges of part j (an MLA layer, or the side rows) at positions [a, b) of p.
 template <class F>
 void for_rows(const Layout& l, const PathData& p, size_t j, int64_t a, int64_t b, F&& f) {
   int64_t start = 0;
+  const size_t w = l.width(j);
   for (const auto& r : p.rows) {
     const int64_t s = std::max(a, start), e = std::min(b, start + r->n);
-    if (s < e) f(r->layer(l, j) + (s - start) * l.row, static_cast<size_t>(e - s) * l.row * sizeof(float));
+    if (s < e) f(r->layer(l, j) + (s - start) * w, static_cast<size_t>(e - s) * w * sizeof(float));
     start += r->n;
   }
 }
@@ -46,7 +47,7 @@ void for_rows(const Layout& l, const PathData& p, size_t j, int64_t a, int64_t b
 template <class F>
 void for_piece(const Layout& l, const PathData& p, size_t k, F&& f) {
   const int64_t a = k ? p.snaps[k - 1]->pos : 0, b = p.snaps[k]->pos;
-  for (size_t j = 0; j < l.mla.size(); ++j) for_rows(l, p, j, a, b, f);
+  for (size_t j = 0; j < l.parts(); ++j) for_rows(l, p, j, a, b, f);
   f(p.snaps[k]->v.data(), p.snaps[k]->v.bytes());
 }
 
@@ -271,12 +272,13 @@ std::vector<std::shared_ptr<Snapshot>> read_pieces(const FileInfo& f, size_t las
     for (size_t k = 0; k <= last; ++k) {
       const int64_t b = f.snaps[k];
       XXH3_64bits_reset(hs);
-      for (size_t j = 0; j < l.mla.size(); ++j) {
-        std::vector<float>& kv = st.layers[l.mla[j]].kv;
-        kv.resize(static_cast<size_t>(b) * l.row);
-        const size_t nb = static_cast<size_t>(b - a) * l.row * sizeof(float);
-        pread_all(fd.get(), kv.data() + a * l.row, nb, off, f.path);
-        XXH3_64bits_update(hs, kv.data() + a * l.row, nb);
+      for (size_t j = 0; j < l.parts(); ++j) {
+        std::vector<float>& kv = l.rows_of(st, j);
+        const size_t w = l.width(j);
+        kv.resize(static_cast<size_t>(b) * w);
+        const size_t nb = static_cast<size_t>(b - a) * w * sizeof(float);
+        pread_all(fd.get(), kv.data() + a * w, nb, off, f.path);
+        XXH3_64bits_update(hs, kv.data() + a * w, nb);
         off += nb;
       }
       auto s = std::make_shared<Snapshot>();

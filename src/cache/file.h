@@ -4,8 +4,8 @@
 //   "K3PCACHE" | u32 version | u32 H | header: H bytes of JSON | u64 XXH3-64 of all bytes before it
 //   ids: i32[n] | content hashes: u64[n] (only when the path has any)
 //   piece j, for each snapshot position p_j (ascending, the last is n): MLA rows of positions
-//   [p_{j-1}, p_j) layer by layer ([mla layer][p_j - p_{j-1}][row] f32), then the snapshot
-//   ([kda floats + n_vocab] f32)
+//   [p_{j-1}, p_j) layer by layer ([mla layer][p_j - p_{j-1}][row] f32), with a draft's side rows
+//   ([p_j - p_{j-1}][side] f32) after them, then the snapshot ([kda floats + n_vocab] f32)
 //
 // The header names the identity (model, tokenizer, template, compute: see identity.h), the
 // layout, n, the snapshot positions, the XXH3-64 of the ids and of each piece, and an `extra`
@@ -34,7 +34,8 @@ struct Identity {
 
 class FileError : public Error {
  public:
-  enum Kind { Missing, Foreign, Corrupt, Io, NoSpace };
+  // Partial: this process's file is good, another process of an mpirun job could not use its own
+  enum Kind { Missing, Foreign, Corrupt, Io, NoSpace, Partial };
   FileError(Kind k, const std::string& msg) : Error(msg), kind(k) {}
   Kind kind;
 };

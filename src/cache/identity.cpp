@@ -12,7 +12,9 @@
 
 namespace k3::cache {
 
-Identity identity_of(const model::Model& m, const std::string& template_text, const std::string& compute) {
+uint64_t template_hash(const std::string& text) { return XXH3_64bits(text.data(), text.size()); }
+
+Identity identity_of(const model::Model& m, uint64_t th, const std::string& compute) {
   XXH3_state_t* hs = XXH3_createState();
   XXH3_64bits_reset(hs);
   auto put = [&](const void* p, size_t n) { XXH3_64bits_update(hs, p, n); };
@@ -25,15 +27,20 @@ Identity identity_of(const model::Model& m, const std::string& template_text, co
     put(t->data, n);
     put(t->data + t->nbytes - n, n);
   }
-  const uint64_t th = XXH3_64bits(template_text.data(), template_text.size());
   put(&th, sizeof th);
   put(compute.data(), compute.size());
+  std::string share;
+  if (const model::Group* g = m.group(); g && !g->placement().whole()) {
+    const model::Placement& p = g->placement();
+    share = strprintf(", share %d of %d in stage %d of %d", p.tp_rank, p.tp_size, p.stage, p.n_stages);
+    put(share.data(), share.size());
+  }
   Identity id;
   id.hash = XXH3_64bits_digest(hs);
   XXH3_freeState(hs);
   const std::string name = m.meta().get_str_opt("general.name").value_or("unnamed");
-  id.about = strprintf("model %s (%s), template %016llx, %s", name.c_str(), m.file().files().front()->path().c_str(),
-                       static_cast<unsigned long long>(th), compute.c_str());
+  id.about = strprintf("model %s (%s), template %016llx, %s%s", name.c_str(), m.file().files().front()->path().c_str(),
+                       static_cast<unsigned long long>(th), compute.c_str(), share.c_str());
   return id;
 }
 

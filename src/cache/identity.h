@@ -11,8 +11,10 @@ namespace k3::cache {
 // The identity of everything that decides a state's bits and a prompt's tokens: the model file
 // (every GGUF header, metadata and tokenizer included, and the first and last 4 KiB of each
 // tensor's data, so two files of the same shape but other weights differ), the chat template
-// text, the kernels in use (ISA) and the F16 rule; `about` names them for messages.
-Identity identity_of(const model::Model& m, const std::string& template_text, const std::string& compute);
+// (template_hash of its text), the kernels in use (ISA) and the F16 rule, and under mpirun the
+// process's share (placement: its files hold that share only); `about` names them for messages.
+Identity identity_of(const model::Model& m, uint64_t template_hash, const std::string& compute);
+uint64_t template_hash(const std::string& text);
 // The compute part: the kernels in use (K3_ISA) and the F16 rule.
 std::string compute_of(model::F16Rule rule);
 

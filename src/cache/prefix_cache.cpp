@@ -48,7 +48,6 @@ int64_t Sequence::restore(model::State& st, std::vector<float>& logits) {
     st.reset();
     return 0;
   }
-  const Layout& l = c_.l_;
   Tree::Match m;
   std::vector<std::shared_ptr<const Rows>> rows;
   std::shared_ptr<const Snapshot> snap;
@@ -79,7 +78,7 @@ int64_t Sequence::restore(model::State& st, std::vector<float>& logits) {
     const auto t0 = Clock::now();
     std::vector<const Rows*> pieces;
     for (const auto& r : rows) pieces.push_back(r.get());
-    cache::restore(l, st, pieces, *snap, &logits);
+    c_.shares_.restore(st, pieces, *snap, &logits);
     std::lock_guard<std::mutex> lk(c_.mu_);
     c_.st_.restore_seconds += seconds_since(t0);
   } else {
@@ -159,7 +158,7 @@ void Sequence::finish(std::span<const int32_t> fed, const model::State& st, std:
 void Sequence::snapshot_here(Key k, const model::State& st, std::span<const float> logits) {
   K3_ASSERT(st.n_past() == k.size());
   const auto t0 = Clock::now();
-  std::shared_ptr<const Snapshot> snap = take_snapshot(c_.l_, st, logits);
+  std::shared_ptr<const Snapshot> snap = c_.shares_.snapshot(st, logits);
   const bool prompt_end = k.size() == static_cast<int64_t>(ids_.size());
   std::vector<PathData> writes;
   std::lock_guard<std::mutex> lk(c_.mu_);
@@ -178,7 +177,8 @@ void Sequence::snapshot_here(Key k, const model::State& st, std::span<const floa
 }
 
 int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::span<const int32_t> ids, int64_t n_batch,
-                const model::RunOptions& opt, std::vector<float>& logits) {
+                const model::RunOptions& opt, std::vector<float>& logits,
+                const std::function<void(int64_t, int64_t)>& each_pass) {
   int64_t pos = seq.restore(st, logits);
   const int64_t cached = pos, n = static_cast<int64_t>(ids.size());
   while (pos < n) {
@@ -186,6 +186,7 @@ int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::spa
     const int64_t T = std::min(n_batch > 0 ? n_batch : n, stop - pos);
     const bool at_stop = pos + T == stop;
     m.forward(st, ids.data() + pos, T, opt, at_stop ? model::Logits::Last : model::Logits::None, &logits);
+    if (each_pass) each_pass(pos, T);
     pos += T;
     if (at_stop) seq.reached(pos, st, logits);
   }
@@ -194,24 +195,36 @@ int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::spa
 
 // ---- PrefixCache ----
 
+// This process's share of every state (the leader's, with the logits), copied on the others too.
 PrefixCache::PrefixCache(const model::Model& m, const std::string& template_text, const std::string& compute,
                          Options o)
-    : m_(m), l_(Layout::of(m.hparams())), id_(identity_of(m, template_text, compute)), o_(std::move(o)), tree_(l_) {
+    : m_(m),
+      o_(std::move(o)),
+      shares_(Layout::of(m, true, o_.side_width), o_.peers),
+      id_(identity_of(m, template_hash(template_text), compute)),
+      tree_(shares_) {
   if (!o_.log) o_.log = stderr_log;
   if (o_.ram_bytes < 0) fail("prompt cache: negative RAM budget");
   st_.enabled = enabled();
   st_.ram_budget = o_.ram_bytes;
-  if (enabled() && !o_.dir.empty()) {
+  const std::string dir = enabled() ? o_.dir : "";
+  if (!shares_.open(template_hash(template_text), compute, dir))
+    fail("prompt cache: another process of the job cannot use its part of %s (see its message)",
+         dir.empty() ? "the cache" : dir.c_str());
+  if (!dir.empty()) {
     // The writer may hold evicted entries a while: up to a quarter of the RAM budget (at least
     // two entries of 4096 tokens).
     const size_t entry = snapshot_bytes() + 4096 * token_bytes();
-    disk_ = std::make_unique<DiskTier>(l_, id_, o_.dir, o_.disk_bytes,
+    disk_ = std::make_unique<DiskTier>(shares_, id_, dir, o_.disk_bytes,
                                        std::max<size_t>(static_cast<size_t>(o_.ram_bytes) / 4, 2 * entry), o_.log);
     st_.has_disk = true;
   }
 }
 
-PrefixCache::~PrefixCache() = default;
+PrefixCache::~PrefixCache() {
+  disk_.reset();  // its queued writes first (the others' too)
+  shares_.close();
+}
 
 std::unique_ptr<Sequence> PrefixCache::begin(Key prompt, std::vector<int64_t> boundaries) {
   return std::unique_ptr<Sequence>(new Sequence(*this, prompt, std::move(boundaries)));
@@ -256,9 +269,8 @@ PrefixCache::Saved PrefixCache::save(const std::string& path, Key k, const nlohm
            static_cast<long long>(k.size()));
     p = path_of(m.best, std::max<size_t>(1, max_snaps));
   }
-  const std::string tmp = path + strprintf(".tmp-%d", static_cast<int>(::getpid()));
   Saved s;
-  s.bytes = write_file(path, tmp, l_, id_, p, extra);
+  s.bytes = shares_.write(path, id_, p, extra, FileRef{0, path}, true);
   s.n_tokens = static_cast<int64_t>(p.ids.size());
   s.snapshots = p.snaps.size();
   return s;
@@ -267,7 +279,7 @@ PrefixCache::Saved PrefixCache::save(const std::string& path, Key k, const nlohm
 PrefixCache::Loaded PrefixCache::load(const std::string& path) {
   FileInfo f = read_info(path, l_, id_);
   model::State st = m_.new_state(std::max<int64_t>(1, f.snaps.back()));
-  std::vector<std::shared_ptr<Snapshot>> snaps = read_pieces(f, f.snaps.size() - 1, l_, st);
+  std::vector<std::shared_ptr<Snapshot>> snaps = shares_.read(f, FileRef{0, path}, st);
   apply_snapshot(l_, st, *snaps.back(), nullptr);
   std::vector<PathData> writes;
   {

@@ -1,4 +1,4 @@
-// The prompt cache (docs/server.md, "Prompt cache"): reuses the work earlier requests did on the
+// The prompt cache (docs/cache.md): reuses the work earlier requests did on the
 // same prefix, in RAM and on disk, without changing a single bit of any result.
 //
 // K3's MLA caches can be cut back to any position, but its KDA layers carry a fixed-size state
@@ -31,6 +31,7 @@
 #include "cache/disk.h"
 #include "cache/file.h"
 #include "cache/log.h"
+#include "cache/peers.h"
 #include "cache/tree.h"
 #include "model/model.h"
 
@@ -47,7 +48,9 @@ struct Options {
   // prompt's end is always one).
   int64_t snapshot_min_gap = 64;
   Log log;                     // default: warnings on stderr
+  Peers* peers = nullptr;      // under mpirun, the other processes (each keeps its share: peers.h)
   std::function<std::string(int32_t)> token_text;  // for the debug line where a prompt leaves the cache
+  size_t side_width = 0;  // State::side floats per position cached with the MLA rows (a draft's context rows)
 };
 
 struct CacheStats {
@@ -96,10 +99,12 @@ class Sequence {
 };
 
 // Model::prefill through the cache: restores, then forward passes of at most n_batch tokens that
-// stop at every snapshot position; logits become the last prompt token's. Returns the tokens
-// restored (not processed).
+// stop at every snapshot position; logits become the last prompt token's; each_pass(first, n)
+// after the pass over ids[first, first + n) (before a snapshot there). Returns the tokens restored
+// (not processed).
 int64_t prefill(const model::Model& m, Sequence& seq, model::State& st, std::span<const int32_t> ids, int64_t n_batch,
-                const model::RunOptions& opt, std::vector<float>& logits);
+                const model::RunOptions& opt, std::vector<float>& logits,
+                const std::function<void(int64_t, int64_t)>& each_pass = nullptr);
 
 class PrefixCache {
  public:
@@ -151,9 +156,10 @@ class PrefixCache {
   PathData path_of(const Tree::Node* n, size_t max_snaps) const;
 
   const model::Model& m_;
-  Layout l_;
-  Identity id_;
   Options o_;
+  Shares shares_;
+  const Layout& l_ = shares_.layout();
+  Identity id_;
   mutable std::mutex mu_;
   Tree tree_;
   uint64_t tick_ = 0;

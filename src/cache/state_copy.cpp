@@ -9,10 +9,11 @@
 
 namespace k3::cache {
 
-Layout Layout::of(const model::HParams& hp) {
+Layout Layout::of(const model::HParams& hp, size_t side_width) {
   Layout l;
   l.row = hp.mla_row();
-  l.n_vocab = hp.n_vocab;
+  l.side = side_width;
+  l.n_vocab = l.logits = hp.n_vocab;
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     if (hp.attn_kind(il) == model::AttnKind::MLA) {
       l.mla.push_back(il);
@@ -22,6 +23,24 @@ Layout Layout::of(const model::HParams& hp) {
     l.kda.push_back(il);
     l.conv.push_back(3 * D * (hp.ssm_d_conv - 1));
     l.rec.push_back(static_cast<size_t>(hp.n_head[il]) * d * d);
+  }
+  return l;
+}
+
+Layout Layout::of(const model::Model& m, bool logits, size_t side_width) {
+  const model::HParams& hp = m.hparams();
+  Layout l;
+  l.row = hp.mla_row();
+  l.side = side_width;
+  l.n_vocab = hp.n_vocab;
+  l.logits = logits ? hp.n_vocab : 0;
+  const std::vector<model::LayerDims> dims = model::state_dims(hp, m.weights());
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    if (dims[il].kv_row) l.mla.push_back(il);
+    if (!dims[il].rec) continue;
+    l.kda.push_back(il);
+    l.conv.push_back(dims[il].conv);
+    l.rec.push_back(dims[il].rec);
   }
   return l;
 }
@@ -40,6 +59,8 @@ int64_t Layout::default_snapshot_every() const {
 
 uint64_t Layout::hash() const {
   std::vector<uint64_t> v = {row, n_vocab, mla.size(), kda.size()};
+  if (logits != n_vocab) v.push_back(logits);  // a share without logits (files of one process keep their hash)
+  if (side) v.push_back(side);  // layouts without side rows keep their hash
   for (uint32_t i : mla) v.push_back(i);
   for (size_t j = 0; j < kda.size(); ++j) v.insert(v.end(), {kda[j], conv[j], rec[j]});
   return XXH3_64bits(v.data(), v.size() * sizeof(uint64_t));
@@ -50,8 +71,8 @@ std::shared_ptr<Rows> copy_rows(const Layout& l, const model::State& st, int64_t
   auto r = std::make_shared<Rows>();
   r->n = b - a;
   r->v = Floats(static_cast<size_t>(r->n) * l.row_floats());
-  for (size_t j = 0; j < l.mla.size(); ++j)
-    std::copy_n(st.layers[l.mla[j]].kv.data() + a * l.row, r->n * l.row, r->layer(l, j));
+  for (size_t j = 0; j < l.parts(); ++j)
+    std::copy_n(l.rows_of(st, j).data() + a * l.width(j), r->n * l.width(j), r->layer(l, j));
   return r;
 }
 
@@ -60,12 +81,13 @@ std::shared_ptr<Rows> slice_rows(const Layout& l, const Rows& src, int64_t off, 
   auto r = std::make_shared<Rows>();
   r->n = n;
   r->v = Floats(static_cast<size_t>(n) * l.row_floats());
-  for (size_t j = 0; j < l.mla.size(); ++j) std::copy_n(src.layer(l, j) + off * l.row, n * l.row, r->layer(l, j));
+  for (size_t j = 0; j < l.parts(); ++j)
+    std::copy_n(src.layer(l, j) + off * l.width(j), n * l.width(j), r->layer(l, j));
   return r;
 }
 
 std::shared_ptr<Snapshot> take_snapshot(const Layout& l, const model::State& st, std::span<const float> logits) {
-  K3_ASSERT(logits.size() == l.n_vocab);
+  K3_ASSERT(logits.size() == l.logits);
   auto s = std::make_shared<Snapshot>();
   s->pos = st.n_past();
   s->v = Floats(l.snapshot_floats());
@@ -82,11 +104,11 @@ std::shared_ptr<Snapshot> take_snapshot(const Layout& l, const model::State& st,
 void restore(const Layout& l, model::State& st, std::span<const Rows* const> pieces, const Snapshot& s,
              std::vector<float>* logits) {
   st.reset();
-  for (size_t j = 0; j < l.mla.size(); ++j) {
-    std::vector<float>& kv = st.layers[l.mla[j]].kv;
-    kv.resize(static_cast<size_t>(s.pos) * l.row);
+  for (size_t j = 0; j < l.parts(); ++j) {
+    std::vector<float>& kv = l.rows_of(st, j);
+    kv.resize(static_cast<size_t>(s.pos) * l.width(j));
     float* o = kv.data();
-    for (const Rows* r : pieces) o = std::copy_n(r->layer(l, j), r->n * l.row, o);
+    for (const Rows* r : pieces) o = std::copy_n(r->layer(l, j), r->n * l.width(j), o);
     K3_ASSERT(o == kv.data() + kv.size());
   }
   apply_snapshot(l, st, s, logits);
@@ -100,7 +122,7 @@ void apply_snapshot(const Layout& l, model::State& st, const Snapshot& s, std::v
     std::copy_n(in + l.conv[j], l.rec[j], ls.rec.data());
     in += l.conv[j] + l.rec[j];
   }
-  if (logits) logits->assign(in, in + l.n_vocab);
+  if (logits) logits->assign(in, in + l.logits);
   st.set_n_past(s.pos);
 }
 

@@ -21,7 +21,7 @@ int64_t common(const Tree::Node& n, Key k, int64_t pos, int64_t limit) {
 
 }  // namespace
 
-Tree::Tree(const Layout& l) : l_(l), root_(std::make_unique<Node>()) {}
+Tree::Tree(Shares s) : s_(std::move(s)), root_(std::make_unique<Node>()) {}
 
 Tree::~Tree() = default;
 
@@ -64,10 +64,10 @@ Tree::Node* Tree::split(Node* n, int64_t m) {
   h->end = n->start() + m;
   h->ids.assign(n->ids.begin(), n->ids.begin() + m);
   if (!n->content.empty()) h->content.assign(n->content.begin(), n->content.begin() + m);
-  h->rows = slice_rows(l_, *n->rows, 0, m);
+  h->rows = s_.slice(*n->rows, 0, m);
   h->used = n->used;
   const int64_t rest = static_cast<int64_t>(n->ids.size()) - m;
-  std::shared_ptr<const Rows> tail = slice_rows(l_, *n->rows, m, rest);
+  std::shared_ptr<const Rows> tail = s_.slice(*n->rows, m, rest);
   bytes_ -= node_bytes(*n);
   n->ids.erase(n->ids.begin(), n->ids.begin() + m);
   if (!n->content.empty()) n->content.erase(n->content.begin(), n->content.begin() + m);
@@ -99,7 +99,7 @@ Tree::Node* Tree::insert(Key k, int64_t upto, const model::State& st, uint64_t t
         f->content.assign(k.content.begin() + pos, k.content.begin() + upto);
         if (std::all_of(f->content.begin(), f->content.end(), [](uint64_t h) { return h == 0; })) f->content.clear();
       }
-      f->rows = copy_rows(l_, st, pos, upto);
+      f->rows = s_.rows(st, pos, upto);
       f->used = tick;
       bytes_ += node_bytes(*f);
       ++n_nodes_;

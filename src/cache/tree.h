@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/state_copy.h"
+#include "cache/peers.h"
 
 namespace k3::cache {
 
@@ -57,7 +57,8 @@ class Tree {
     bool on_disk = false;
   };
 
-  explicit Tree(const Layout& l);
+  // Rows are copied through s (every process's share of them, under mpirun).
+  explicit Tree(Shares s);
   ~Tree();
 
   Node* root() { return root_.get(); }
@@ -97,7 +98,8 @@ class Tree {
   // those without a snapshot.
   void remove_leaf(Node* n, bool whole_branch);
 
-  Layout l_;
+  Shares s_;
+  const Layout& l_ = s_.layout();
   std::unique_ptr<Node> root_;
   size_t bytes_ = 0, n_snaps_ = 0, n_nodes_ = 0;
   long long evictions_ = 0;

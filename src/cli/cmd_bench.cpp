@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "common/error.h"
@@ -22,6 +23,7 @@
 #include "model/trace.h"
 #include "tensor/kernels.h"
 #include "tensor/membw.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace k3;
 using nlohmann::json;
@@ -255,6 +257,19 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--json", as_json, "print one JSON object");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::SpecFlags specf;
+  cli::add_spec_flags(app, specf);
+  int verify_curve = 0;
+  int64_t spec_ctx = 512;
+  std::string script_prompt, script;
+  app.add_option("--verify-curve", verify_curve,
+                 "also time verify passes of k+1 rows against a plain step, k = 1..K, with the distinct experts read "
+                 "and the rollback cost (with -md: the draft block's cost too)");
+  app.add_option("--spec-context", spec_ctx, "context tokens before the --verify-curve passes")->capture_default_str();
+  app.add_option("--script-prompt", script_prompt, "text file: the prompt of a scripted decode (with --script)");
+  app.add_option("--script", script,
+                 "text file: the target's tokens of a scripted decode, decoded plainly and with the drafts of "
+                 "--spec-type / -md, in the same run");
   cli::add_pp_flag(app, stages);
   try {
     app.parse(argc, argv);
@@ -262,7 +277,9 @@ int cmd_bench(int argc, char** argv) {
     return app.exit(e);
   }
   if (p < 0 || n < 0) fail("-p and -n must be >= 0");
-  if (p == 0 && n == 0) fail("nothing to measure: -p and -n are both 0");
+  const bool spec_bench = verify_curve > 0 || !script.empty();
+  if (p == 0 && n == 0 && !spec_bench) fail("nothing to measure: -p and -n are both 0");
+  if (!script.empty() && specf.draft.empty() && specf.type.empty()) fail("--script needs --spec-type or -md");
   if (reps < 1) fail("-r must be >= 1");
   if (parallel < 1) fail("--parallel must be >= 1");
   if (membw_mib < -1) fail("--membw-mib must be >= 0");
@@ -425,6 +442,22 @@ int cmd_bench(int argc, char** argv) {
     }
   }
 
+  json spec_out = json::object();
+  if (spec_bench) {
+    cli::SpecSetup ss = cli::load_spec(*m, specf);
+    if (verify_curve > 0) {
+      spec_out["verify"] = cli::bench_verify_curve(*m, opt, verify_curve, spec_ctx, reps);
+      if (ss.draft) spec_out["draft"] = cli::bench_draft_cost(*m, *ss.draft, pool, spec_ctx, reps);
+    }
+    if (!script.empty()) {
+      auto tok = tok::Tokenizer::from_metadata(m->meta());
+      const std::vector<int32_t> prompt_ids = tok->encode(cli::read_text_file(script_prompt.empty() ? script : script_prompt), true);
+      const std::vector<int32_t> script_ids = tok->encode(cli::read_text_file(script), false);
+      if (script_ids.size() < 2) fail("%s: fewer than two tokens", script.c_str());
+      spec::Drafting d(*m, ss.draft.get(), ss.options, pool);
+      spec_out["scripted"] = cli::bench_scripted(*m, opt, d, prompt_ids, script_ids, reps);
+    }
+  }
   const Stat pp = stat(pp_tps), tg = stat(tg_tps), tgb = stat(par_batched_tps), tgs = stat(par_separate_tps);
   const double bpt = db.total();
   const double gbps = tg.mean * bpt / 1e9;
@@ -471,6 +504,7 @@ int cmd_bench(int argc, char** argv) {
                           {"separate_samples", par_separate_tps}};
     if (profile) j["profile"] = {{"pp", prof_pp}, {"tg", prof_tg}, {"pp_layers", layers_pp}, {"tg_layers", layers_tg}};
     if (store && n > 0) j["experts"] = expert_report(es_sum, store->stats(), double(n) * reps);
+    if (spec_bench) j["spec"] = spec_out;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -523,6 +557,7 @@ int cmd_bench(int argc, char** argv) {
                 e["budget_bytes"].get<double>() / 1048576.0, e["direct_io"].get<bool>() ? "O_DIRECT" : "buffered",
                 e["io_engine"].get<std::string>().c_str());
   }
+  if (spec_bench) cli::print_spec_bench(spec_out);
   if (profile) {
     if (p > 0) print_profile("prompt processing, time by op (one pass):", prof_pp, layers_pp);
     if (n > 0) print_profile("generation, time by op (median over the decoded tokens):", prof_tg, layers_tg);

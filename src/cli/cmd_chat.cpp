@@ -52,14 +52,6 @@ struct Style {
   const char* reset() const { return tty ? "\x1b[0m" : ""; }
 };
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("%s: cannot open", path.c_str());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void help() {
   std::printf(
       "commands: /exit  /reset (forget the conversation)  /think on|off  /effort low|high|max\n"
@@ -99,6 +91,8 @@ static int cmd_chat(int argc, char** argv) {
   app.add_flag("--show-prompt", show_prompt, "print each rendered prompt (debugging)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::SpecFlags specf;
+  cli::add_spec_flags(app, specf);
   std::string mmproj;
   vision::VisionOptions vo;
   app.add_option("--mmproj", mmproj, "vision mmproj GGUF: /image PATH attaches an image");
@@ -112,10 +106,6 @@ static int cmd_chat(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  }
-  if (multinode::active()) {
-    if (!session.empty()) fail("--session: %s", cli::kNoCacheUnderMpi);
-    cache_ram = "0";
   }
   const Style st{isatty(STDOUT_FILENO) != 0};
   const bool interactive = isatty(STDIN_FILENO) != 0;
@@ -133,16 +123,16 @@ static int cmd_chat(int argc, char** argv) {
   }
   auto tok = tok::Tokenizer::from_metadata(m->meta());
   std::unique_ptr<jinja::Template> own;
-  if (!template_file.empty()) own = std::make_unique<jinja::Template>(read_text_file(template_file), template_file);
+  if (!template_file.empty()) own = std::make_unique<jinja::Template>(cli::read_text_file(template_file), template_file);
   else if (auto t = m->meta().get_str_opt("tokenizer.chat_template"); t && !t->empty())
     own = std::make_unique<jinja::Template>(*t, "tokenizer.chat_template");
   const jinja::Template& tmpl = own ? *own : chat::builtin_kimi_k3_template();
-  const std::string template_text = !template_file.empty() ? read_text_file(template_file)
+  const std::string template_text = !template_file.empty() ? cli::read_text_file(template_file)
                                     : own                   ? *m->meta().get_str_opt("tokenizer.chat_template")
                                                             : std::string(chat::kKimiK3Template);
   json tools = json::array();
   if (!tools_file.empty()) {
-    tools = json::parse(read_text_file(tools_file), nullptr, false);
+    tools = json::parse(cli::read_text_file(tools_file), nullptr, false);
     if (!tools.is_array()) fail("%s: expected a JSON array of tools", tools_file.c_str());
   }
 
@@ -153,14 +143,21 @@ static int cmd_chat(int argc, char** argv) {
   eo.queue = 1;
   eo.f16_rule = cli::parse_f16_rule(f16_rule);
   eo.experts = store.get();
+  cli::SpecSetup spec_setup = cli::load_spec(*m, specf);
+  eo.spec = spec_setup.options;
+  eo.draft = spec_setup.draft.get();
   std::unique_ptr<cache::PrefixCache> pc;
   {
     cache::Options co;
+    co.side_width = eo.draft ? eo.draft->side_width() : 0;
     co.ram_bytes = cache_ram == "auto" ? cache::auto_ram_budget(store ? 0 : cache::mapped_bytes(*m),
                                                                 model::state_bytes(m->hparams(), eo.n_ctx))
                                        : cache::parse_size(cache_ram, "--cache-ram");
     co.snapshot_every = cache::Layout::of(m->hparams()).default_snapshot_every();
-    if (co.ram_bytes > 0) pc = std::make_unique<cache::PrefixCache>(*m, template_text, cache::compute_of(eo.f16_rule), co);
+    co.peers = multinode::cache_peers();
+    std::string compute = cache::compute_of(eo.f16_rule);
+    if (eo.draft) compute += ", draft " + eo.draft->identity();
+    if (co.ram_bytes > 0) pc = std::make_unique<cache::PrefixCache>(*m, template_text, compute, co);
     else if (!session.empty()) fail("--session keeps cached states: it needs --cache-ram above 0");
   }
   eo.cache = pc.get();
@@ -183,7 +180,7 @@ static int cmd_chat(int argc, char** argv) {
   if (!session.empty() && ::access(session.c_str(), F_OK) == 0) {
     cache::PrefixCache::Loaded l;
     try {
-      l = pc->load(session);
+      engine.exclusive([&] { l = pc->load(session); });  // under mpirun every process reads its share
     } catch (const cache::FileError& e) {
       fail("--session: %s (remove the file or name another)", e.what());
     }
@@ -381,7 +378,7 @@ static int cmd_chat(int argc, char** argv) {
       std::vector<int32_t> fed = task->request().prompt;
       fed.insert(fed.end(), all_ids.begin(), all_ids.end());
       try {
-        pc->save(session, cache::Key{fed, {}}, json{{"history", history}, {"system", system_prompt}});
+        engine.exclusive([&] { pc->save(session, cache::Key{fed, {}}, json{{"history", history}, {"system", system_prompt}}); });
       } catch (const std::exception& e) {
         std::printf("(session not saved: %s)\n", e.what());
       }

@@ -1,17 +1,21 @@
 // k3 convert: Hugging Face Kimi-K3 checkpoint -> split GGUF set (src/convert/convert.h).
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "cli/commands.h"
 #include "common/error.h"
 #include "convert/convert.h"
+#include "convert/dspark.h"
 
 static int cmd_convert(int argc, char** argv) {
   using namespace k3::convert;
   CLI::App app{
       "Converts a Hugging Face Kimi-K3 checkpoint (safetensors shards, BF16 + compressed-tensors MXFP4) to a split "
       "GGUF set, one part per source shard, losslessly, and its vision tower to mmproj-<name>-BF16.gguf. Parts are written under a temporary name, verified, then "
-      "renamed; MANIFEST.json records each tensor's SHA-256. Rerunning skips verified parts and redoes the rest.",
+      "renamed; MANIFEST.json records each tensor's SHA-256. Rerunning skips verified parts and redoes the rest. "
+      "A DSpark draft checkpoint (config.json model_type k3_dspark) becomes one <name>.gguf (docs/spec.md).",
       "k3 convert"};
   ConvertOptions o;
   std::string outtype = "auto";
@@ -33,10 +37,25 @@ static int cmd_convert(int argc, char** argv) {
   app.add_option("--chat-template", o.plan.chat_template_file, "Jinja chat template to embed (overrides the checkpoint's)");
   app.add_flag("--quiet,-q", o.quiet, "no progress output, no summary");
   app.add_flag("--dry-run", o.dry_run, "read and check the checkpoint, print the plan, write nothing");
+  DraftConvertOptions d;
+  app.add_flag("--no-embd", d.no_embd,
+               "DSpark draft: leave token_embd out (the target's is used; the released one is a copy of it)");
+  app.add_option("--block-size", d.block_size, "DSpark draft: the largest block k3 accepts (block_size key)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (is_dspark_checkpoint(o.plan.src)) {  // a draft (dspark.md §3): one GGUF, bytes kept
+    if (outtype != "auto") k3::fail("--outtype: a DSpark draft keeps its weights' type (k3 quantize makes others)");
+    d.src = o.plan.src;
+    d.name = o.plan.name.empty() ? std::filesystem::path(o.plan.src).lexically_normal().filename().string() : o.plan.name;
+    std::filesystem::create_directories(o.out_dir);
+    d.out = (std::filesystem::path(o.out_dir) / (d.name + ".gguf")).string();
+    convert_dspark(d);
+    if (!o.quiet) std::printf("k3 convert: DSpark draft written to %s\n", d.out.c_str());
+    return 0;
   }
   o.plan.outtype = outtype == "bf16" ? OutType::BF16 : outtype == "f16" ? OutType::F16 : outtype == "f32" ? OutType::F32 : OutType::Auto;
   run_convert(o);

@@ -47,10 +47,11 @@ int cmd_imatrix(int argc, char** argv) {
   ropt.pool = &pool;
   ropt.f16_rule = model::default_f16_rule();
   ropt.observer = &col;
+  std::vector<float> logits;  // every token's: the LM head's product is collected too (output.weight)
   for (int64_t c = 0; c < n_chunks; ++c) {
     const std::vector<int32_t> ids(tokens.begin() + c * o.n_ctx, tokens.begin() + (c + 1) * o.n_ctx);
     model::State st = m.new_state(o.n_ctx);
-    m.prefill(st, ids, o.n_batch, ropt, model::Logits::None, nullptr);
+    m.prefill(st, ids, o.n_batch, ropt, model::Logits::All, &logits);
     std::fprintf(stderr, "[%lld/%lld]\n", static_cast<long long>(c + 1), static_cast<long long>(n_chunks));
   }
   quant::Imatrix& im = col.imatrix();

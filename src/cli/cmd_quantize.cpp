@@ -1,5 +1,7 @@
 // k3 quantize: a (split) Kimi-K3 GGUF to another type or recipe, streaming, with an error report.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -8,26 +10,32 @@
 #include "quantize/imatrix.h"
 #include "quantize/quantizer.h"
 #include "quantize/recipe.h"
+#include "quantize/target_size.h"
 #include "tensor/threadpool.h"
 
 using namespace k3;
 
 namespace {
 
-uint64_t parse_size(const std::string& s) {
-  if (s.empty()) fail("--split-max-size: empty value");
-  uint64_t mult = 1;
+// N, N.NK, NM, NG or NT (powers of 1024) as bytes; `what` names the flag in errors.
+uint64_t parse_size(const std::string& s, const char* what) {
+  if (s.empty()) fail("%s: empty value", what);
+  double mult = 1;
   std::string digits = s;
   switch (s.back()) {
-    case 'K': case 'k': mult = uint64_t{1} << 10; break;
-    case 'M': case 'm': mult = uint64_t{1} << 20; break;
-    case 'G': case 'g': mult = uint64_t{1} << 30; break;
+    case 'K': case 'k': mult = 0x1p10; break;
+    case 'M': case 'm': mult = 0x1p20; break;
+    case 'G': case 'g': mult = 0x1p30; break;
+    case 'T': case 't': mult = 0x1p40; break;
     default: break;
   }
   if (mult != 1) digits.pop_back();
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-    fail("--split-max-size: expected N, NK, NM or NG, got '%s'", s.c_str());
-  return std::stoull(digits) * mult;
+  const bool ok = !digits.empty() && digits.find_first_not_of("0123456789.") == std::string::npos &&
+                  std::count(digits.begin(), digits.end(), '.') <= 1 && digits != ".";
+  if (!ok) fail("%s: expected N, NK, NM, NG or NT (N may have a fraction: 1.5T), got '%s'", what, s.c_str());
+  const double v = std::stod(digits) * mult;
+  if (!(v >= 1) || v > 0x1p63) fail("%s: '%s' is out of range", what, s.c_str());
+  return static_cast<uint64_t>(v);
 }
 
 std::string recipe_help() {
@@ -37,7 +45,8 @@ std::string recipe_help() {
   s += "Always F32: norms, biases, ssm_conv1d_*, score vectors, ssm_a and every 1-D tensor. The router\n"
        "ffn_gate_inp stays F32 unless a --tensor-type rule names it.\n"
        "Rows that do not divide into the type's blocks fall back (quant-formats.md §9): Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0,\n"
-       "Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16.\n";
+       "Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS/IQ2_XXS/IQ2_XS/IQ2_S/IQ1_S/IQ1_M -> IQ4_NL, then F16.\n"
+       "IQ2_XXS, IQ2_XS and IQ1_S need --imatrix (make one with `k3 imatrix`).\n";
   return s;
 }
 
@@ -54,17 +63,48 @@ void print_plan(const quant::Plan& plan) {
               plan.file_type);
 }
 
+void print_sizing(const quant::SizedPlan& sp, uint64_t target) {
+  std::string cands;
+  for (GgmlType t : sp.candidates) cands += std::string(cands.empty() ? "" : " ") + type_name(t);
+  std::printf("--target-size %.2f MiB: candidates %s\n", mib(target), cands.c_str());
+  if (!sp.need_imatrix.empty()) {
+    std::string need;
+    for (GgmlType t : sp.need_imatrix) need += std::string(need.empty() ? "" : " ") + type_name(t);
+    std::printf("  not considered without an importance matrix (make one with k3 imatrix): %s\n", need.c_str());
+  }
+  std::printf("%-28s %-8s %10s %12s  %s\n", "group", "type", "MiB", "error", "other candidates (type MiB error)");
+  for (const auto& g : sp.groups) {
+    const auto& c = g.candidates[g.chosen];
+    std::string others;
+    for (size_t i = 0; i < g.candidates.size(); ++i)
+      if (i != g.chosen)
+        others += strprintf("%s%s %.3f %.3g", others.empty() ? "" : ", ", type_name(g.candidates[i].type),
+                            mib(g.candidates[i].bytes), g.candidates[i].err);
+    std::printf("%-28s %-8s %10.3f %12.4g  %s\n", g.name.c_str(), type_name(c.type), mib(c.bytes), c.err, others.c_str());
+  }
+  std::printf("sized tensors %.2f MiB, pinned and F32 %.2f MiB, header and padding %.2f MiB (estimated): "
+              "predicted file %.2f MiB of %.2f MiB; smallest mix %.2f MiB; total error %.4g\n\n",
+              mib(sp.plan.out_bytes - sp.fixed_bytes), mib(sp.fixed_bytes), mib(sp.overhead_bytes), mib(sp.file_bytes),
+              mib(target), mib(sp.min_bytes), sp.err);
+}
+
 int cmd_quantize(int argc, char** argv) {
   CLI::App app{"Quantize a Kimi-K3 GGUF (one file or the first part of a split set).", "k3 quantize"};
   app.footer(recipe_help());
   std::string in_path, out_path, type_name_arg, imatrix_path, stats_imatrix_path, report_path, split_size;
+  std::string target_size, rules_file, save_rules;
   std::vector<std::string> rules_text;
   int threads = 0;
   bool keep_split = false, dry_run = false, quiet = false, per_tensor = false;
   app.add_option("IN", in_path, "input GGUF")->required();
   app.add_option("OUT", out_path, "output GGUF (split parts: OUT minus .gguf + -0000i-of-0000N.gguf)")->required();
-  app.add_option("TYPE", type_name_arg, "ggml type or recipe (see below)")->required();
+  app.add_option("TYPE", type_name_arg, "ggml type or recipe (see below); not with --target-size");
   app.add_option("--tensor-type", rules_text, "REGEX=TYPE: tensors whose name matches REGEX get TYPE (first match wins)");
+  app.add_option("--tensor-type-file", rules_file, "REGEX=TYPE rules, one a line ('#' comments), after --tensor-type's");
+  app.add_option("--target-size", target_size,
+                 "N[K|M|G|T]: choose every tensor group's type by measured error so that the file fits in N bytes "
+                 "(rules pin what they match; --imatrix weights the error and admits the types that need one)");
+  app.add_option("--save-tensor-types", save_rules, "write the chosen types as rules for --tensor-type-file");
   app.add_option("--imatrix", imatrix_path, "importance matrix (llama.cpp imatrix GGUF) for the scale searches");
   app.add_option("--stats-imatrix", stats_imatrix_path,
                  "importance matrix that only weights the reported error (default: --imatrix)");
@@ -82,12 +122,18 @@ int cmd_quantize(int argc, char** argv) {
     return app.exit(e);
   }
 
-  const quant::Recipe& recipe = quant::recipe_by_name(type_name_arg);
+  if (!target_size.empty() && !type_name_arg.empty()) fail("--target-size chooses the types: give no TYPE with it");
+  if (target_size.empty() && type_name_arg.empty() && rules_file.empty())
+    fail("give a TYPE (a ggml type or recipe), --target-size or --tensor-type-file");
+  if (!save_rules.empty() && target_size.empty()) fail("--save-tensor-types writes what --target-size chose");
+  // Without a TYPE the rules decide every tensor, and the file type follows the mix.
+  const bool mix = type_name_arg.empty();
+  const quant::Recipe recipe = mix ? quant::sized_base_recipe() : quant::recipe_by_name(type_name_arg);
+  if (!rules_file.empty())
+    for (const auto& r : quant::read_rules_file(rules_file)) rules_text.push_back(r);
   std::vector<quant::UserRule> rules;
   for (const auto& r : rules_text) rules.push_back(quant::parse_rule(r));
   const gguf::Model in = gguf::Model::open(in_path);
-  const quant::Plan plan = quant::make_plan(in, recipe, rules);
-  for (const auto& w : plan.warnings) std::fprintf(stderr, "k3 quantize: warning: %s\n", w.c_str());
 
   quant::Imatrix im, stats_im;
   quant::Options opt;
@@ -98,6 +144,35 @@ int cmd_quantize(int argc, char** argv) {
     im.check_model(in);
     opt.imatrix = &im;
   }
+  quant::Plan plan;
+  if (target_size.empty()) {
+    plan = quant::make_plan(in, recipe, rules);
+    if (mix) quant::set_mix_file_type(plan);
+  } else {
+    quant::SizeOptions so;
+    so.target_bytes = parse_size(target_size, "--target-size");
+    so.imatrix = opt.imatrix;
+    so.threads = opt.threads;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!quiet)
+      so.progress = [t0](size_t i, size_t n, uint64_t elems) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\rk3 quantize: measuring the candidates on tensor %zu/%zu, %.1f M elements/s, ETA %.0f s ",
+                     i, n, s > 0 ? elems / s / 1e6 : 0.0, s / static_cast<double>(i) * static_cast<double>(n - i));
+        if (i == n) std::fputc('\n', stderr);
+      };
+    quant::SizedPlan sp = quant::size_plan(in, rules, so);
+    print_sizing(sp, so.target_bytes);
+    if (!save_rules.empty()) {
+      const std::string tmp = save_rules + ".tmp";
+      std::ofstream f(tmp);
+      f << quant::rules_text(sp, in_path);
+      f.close();
+      if (!f || std::rename(tmp.c_str(), save_rules.c_str()) != 0) fail("cannot write '%s'", save_rules.c_str());
+    }
+    plan = std::move(sp.plan);
+  }
+  for (const auto& w : plan.warnings) std::fprintf(stderr, "k3 quantize: warning: %s\n", w.c_str());
   if (!stats_imatrix_path.empty()) {
     stats_im = quant::Imatrix::load(stats_imatrix_path);
     stats_im.check_model(in);
@@ -106,7 +181,7 @@ int cmd_quantize(int argc, char** argv) {
   if (keep_split) opt.split = quant::SplitMode::Keep;
   if (!split_size.empty()) {
     opt.split = quant::SplitMode::MaxSize;
-    opt.split_max_bytes = parse_size(split_size);
+    opt.split_max_bytes = parse_size(split_size, "--split-max-size");
   }
   if (dry_run) {
     print_plan(plan);

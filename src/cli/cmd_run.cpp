@@ -66,6 +66,8 @@ static int cmd_run(int argc, char** argv) {
                  "file for the state after the prompt: saved, and reused when a later prompt starts the same way");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::SpecFlags specf;
+  cli::add_spec_flags(app, specf);
   cli::add_pp_flag(app, pp);
   try {
     app.parse(argc, argv);
@@ -73,7 +75,6 @@ static int cmd_run(int argc, char** argv) {
     return app.exit(e);
   }
   if (n_predict < 0) fail("-n must be >= 0");
-  if (multinode::active() && !prompt_cache.empty()) fail("--prompt-cache: %s", cli::kNoCacheUnderMpi);
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   const auto t_load = Clock::now();
@@ -128,6 +129,24 @@ static int cmd_run(int argc, char** argv) {
 
   model::State st = m->new_state(ctx);
   model::Sampler sampler(sp);
+  cli::SpecSetup spec_setup = cli::load_spec(*m, specf);
+  spec::Drafting drafting(*m, spec_setup.draft.get(), spec_setup.options, pool);
+  std::unique_ptr<spec::Speculator> spec_seq;
+  if (drafting.enabled()) {
+    if (!images.empty()) fail("speculative decoding does not take --image (yet)");
+    spec_seq = std::make_unique<spec::Speculator>(drafting, st);
+    opt.trace = drafting.taps();
+  }
+  spec::Taps* taps = drafting.taps();
+  // after a prompt pass over prompt_ids[first, first + n): its tokens (and taps) to the drafts,
+  // after those restored from the prompt cache before it
+  int64_t pushed = 0;
+  auto prompt_pass = [&](int64_t first, int64_t n) {
+    if (!spec_seq) return;
+    if (first > pushed) spec_seq->prompt({prompt_ids.data() + pushed, static_cast<size_t>(first - pushed)}, nullptr);
+    spec_seq->prompt({prompt_ids.data() + first, static_cast<size_t>(n)}, taps ? taps->row(0) : nullptr);
+    pushed = first + n;
+  };
   std::unique_ptr<tok::StreamDecoder> dec;
   if (tok) dec = std::make_unique<tok::StreamDecoder>(*tok, false);
 
@@ -137,23 +156,29 @@ static int cmd_run(int argc, char** argv) {
   if (prompt_cache.empty()) {
     std::vector<model::InputRows> rows;
     vision::input_rows(ip.images, 0, rows);
-    m->prefill(st, prompt_ids, n_batch, opt, model::Logits::Last, &logits, rows);
+    m->prefill(st, prompt_ids, n_batch, opt, model::Logits::Last, &logits, rows, prompt_pass);
   } else {
     if (!images.empty()) fail("--prompt-cache does not take --image (yet): the file would not hold the image");
     // Every state the file holds, and every one this prompt adds, fit: the cache lives for one run.
     cache::Options co;
     co.ram_bytes = INT64_MAX;
     co.snapshot_every = cache::Layout::of(m->hparams()).default_snapshot_every();
-    cache::PrefixCache pc(*m, "", cache::compute_of(opt.f16_rule), co);
+    co.peers = multinode::cache_peers();
+    co.side_width = spec_setup.draft ? spec_setup.draft->side_width() : 0;
+    std::string compute = cache::compute_of(opt.f16_rule);
+    if (spec_setup.draft) compute += ", draft " + spec_setup.draft->identity();
+    cache::PrefixCache pc(*m, "", compute, co);
     if (::access(prompt_cache.c_str(), F_OK) == 0) {
       try {
         pc.load(prompt_cache);
       } catch (const cache::FileError& e) {
-        fail("--prompt-cache: %s (remove the file or name another)", e.what());
+        if (e.kind != cache::FileError::Partial) fail("--prompt-cache: %s (remove the file or name another)", e.what());
+        std::fprintf(stderr, "k3 run: --prompt-cache: %s; starting without it\n", e.what());
       }
     }
     auto seq = pc.begin(cache::Key{prompt_ids, {}});
-    cached = cache::prefill(*m, *seq, st, prompt_ids, n_batch, opt, logits);
+    cached = cache::prefill(*m, *seq, st, prompt_ids, n_batch, opt, logits, prompt_pass);
+    if (spec_seq && pushed == 0) spec_seq->prompt(prompt_ids, nullptr);  // all of it restored
     seq.reset();
     const auto saved = pc.save(prompt_cache, cache::Key{prompt_ids, {}}, nullptr, 64);
     if (!json)
@@ -167,32 +192,58 @@ static int cmd_run(int argc, char** argv) {
   std::string text, stop = "length";
   const std::vector<multinode::RankStats> ranks0 = json ? multinode::stats(*m) : std::vector<multinode::RankStats>{};
   const auto t_gen = Clock::now();
-  for (int i = 0; i < n_predict; ++i) {
-    const int32_t id = sampler.sample(logits.data(), m->n_vocab());
+  // false: the generation ends with this token
+  auto emit = [&](int32_t id) {
     out_ids.push_back(id);
     if (is_eog(id) && !ignore_eos) {
       stop = "eog";
-      break;
+      return false;
     }
     if (dec) {
       const std::string piece = dec->push(id);
       text += piece;
       if (!json) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
     }
-    if (i + 1 == n_predict) break;
+    return static_cast<int>(out_ids.size()) < n_predict;
+  };
+  int32_t id = -1;
+  bool more = n_predict > 0;
+  if (more) {
+    id = sampler.sample(logits.data(), m->n_vocab());
+    if (spec_seq) spec_seq->first(id);
+    more = emit(id);
+  }
+  while (more) {
     if (st.n_past() >= st.n_ctx()) {
       stop = "context";
-      std::fprintf(stderr, "\nk3 run: context size %lld reached, stopping (use -c to raise it)\n",
-                   static_cast<long long>(ctx));
       break;
     }
-    m->forward(st, &id, 1, opt, model::Logits::Last, &logits);
+    if (!spec_seq) {
+      m->forward(st, &id, 1, opt, model::Logits::Last, &logits);
+      more = emit(id = sampler.sample(logits.data(), m->n_vocab()));
+      continue;
+    }
+    // a step: [anchor, drafts] verified in one pass; the candidates emitted up to the first stop
+    const std::vector<int32_t>& ids = spec_seq->plan(
+        std::min<int64_t>(n_predict - static_cast<int64_t>(out_ids.size()), st.n_ctx() - st.n_past()));
+    const auto t_pass = Clock::now();
+    m->forward(st, ids.data(), static_cast<int64_t>(ids.size()), opt, model::Logits::All, &logits);
+    drafting.timed(static_cast<int64_t>(ids.size()), ms_since(t_pass) / 1000.0);
+    const std::vector<int32_t>& e = spec_seq->verify(logits.data(), sampler);
+    int64_t r = 0;
+    while (more && r < static_cast<int64_t>(e.size())) more = emit(e[r++]);
+    spec_seq->commit(r, taps ? taps->row(0) : nullptr);
   }
   if (dec) {
     const std::string rest = dec->flush();
     text += rest;
     if (!json) std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
+  // The text ends its line and reaches stdout before anything more goes to stderr, so that the two
+  // merged into one log (k3 run ... > log 2>&1) keep the messages on lines of their own.
+  if (!json) std::fputc('\n', stdout), std::fflush(stdout);
+  if (stop == "context")
+    std::fprintf(stderr, "k3 run: context size %lld reached, stopping (use -c to raise it)\n", static_cast<long long>(ctx));
   const double gen_ms = ms_since(t_gen);
   const std::vector<multinode::RankStats> ranks1 = json ? multinode::stats(*m) : std::vector<multinode::RankStats>{};
   const double n_gen = static_cast<double>(out_ids.size());
@@ -213,6 +264,11 @@ static int cmd_run(int argc, char** argv) {
                     {"gen_tokens", out_ids.size()}, {"gen_ms", gen_ms},
                     {"gen_tokens_per_s", gen_tps}, {"threads", pool.size()}};
     j["ranks"] = cli::ranks_json(ranks1, ranks0);  // counters over the generation
+    if (spec_seq) {
+      j["draft_tokens"] = spec_seq->stats().drafted;
+      j["draft_accepted"] = spec_seq->stats().accepted;
+      j["spec"] = cli::spec_json(spec_seq->stats(), drafting.options().type);
+    }
     if (store) {
       const model::ExpertStats es = store->stats();
       j["experts"] = {{"hits", es.hits},           {"misses", es.misses},       {"hit_rate", es.hit_rate()},
@@ -221,9 +277,15 @@ static int cmd_run(int argc, char** argv) {
     }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("\n");
     std::fprintf(stderr, "k3 run: prompt %zu tokens, %.1f tok/s; generated %zu tokens, %.1f tok/s (%s)\n",
                  prompt_ids.size(), prompt_tps, out_ids.size(), gen_tps, stop.c_str());
+    if (spec_seq) {
+      const spec::SpecStats& ss = spec_seq->stats();
+      std::fprintf(stderr, "k3 run: %s drafts: %lld of %lld accepted, %.2f tokens per step over %lld steps\n",
+                   spec::spec_type_name(drafting.options().type), static_cast<long long>(ss.accepted),
+                   static_cast<long long>(ss.drafted), ss.steps ? double(ss.emitted) / double(ss.steps) : 0.0,
+                   static_cast<long long>(ss.steps));
+    }
     if (store) {
       const model::ExpertStats es = store->stats();
       std::fprintf(stderr,

@@ -75,28 +75,28 @@ static int cmd_serve(int argc, char** argv) {
   app.add_flag("-v,--verbose", o.verbose, "debug lines on stderr (where each prompt left the prompt cache)");
   app.add_flag("--test-canned", o.test_canned,
                "TESTS ONLY: accept the k3_canned request field, which makes the model emit given text or ids");
+  app.add_option("--test-script", o.test_script,
+                 "TESTS ONLY: a JSON array of model outputs, one per generation request in order (docs/server.md)");
   cli::StreamFlags stream;
   cli::add_stream_flags(app, stream);
+  cli::SpecFlags specf;
+  cli::add_spec_flags(app, specf);
   cli::add_pp_flag(app, pp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.spec = cli::spec_options(specf);
+  o.draft_path = specf.draft;
   if (o.api_key.empty())
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) o.api_key = k;
   if (o.parallel < 1) fail("--parallel must be >= 1");
   if (o.cache_snapshot_every < 0) fail("--cache-snapshot-every must be >= 0");
-  if (multinode::active()) {
-    if (!o.cache_dir.empty() || !o.slot_save_path.empty())
-      fail("%s: %s", o.cache_dir.empty() ? "--slot-save-path" : "--cache-dir", cli::kNoCacheUnderMpi);
-    if (o.cache_ram != "0" && multinode::leader())
-      std::fprintf(stderr, "k3 serve: the prompt cache is off under mpirun (%s)\n", cli::kNoCacheUnderMpi);
-    o.cache_ram = "0";
-  }
   if (!o.slot_save_path.empty() && ::access(o.slot_save_path.c_str(), W_OK | X_OK) != 0)
     fail("--slot-save-path %s: not a writable directory", o.slot_save_path.c_str());
   o.load_model = [pp](const std::string& path) { return multinode::load(path, pp); };
+  o.cache_peers = multinode::cache_peers;
   o.make_experts = [stream](model::Model& m, uint64_t state_bytes) {
     return cli::make_expert_store(m, stream, false, state_bytes);
   };
@@ -148,6 +148,9 @@ static int cmd_serve(int argc, char** argv) {
   const int port = s.bind();
   std::fprintf(stderr, "k3 serve: %s\n", s.describe().c_str());
   if (o.test_canned) std::fprintf(stderr, "k3 serve: WARNING: --test-canned is on (test mode)\n");
+  if (!o.test_script.empty())
+    std::fprintf(stderr, "k3 serve: WARNING: --test-script %s is on (test mode): scripted outputs come first\n",
+                 o.test_script.c_str());
   std::fprintf(stderr, "k3 serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
 

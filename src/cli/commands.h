@@ -13,6 +13,9 @@ struct Command {
   CommandFn fn;
 };
 std::vector<Command>& registry();
+// k3 split --tp (split_shares.cpp); null in a build without it.
+using SplitSharesFn = int (*)(const std::string& in, const std::string& prefix, int tp, int pp, bool json, bool quiet);
+extern SplitSharesFn split_shares;
 struct Registrar {
   Registrar(const char* name, const char* summary, CommandFn fn) { registry().push_back({name, summary, fn}); }
 };

@@ -31,6 +31,10 @@ static bool runs_distributed(const char* name) {
 
 int main(int argc, char** argv) {
   k3::multinode::init(argc, argv);
+  // llama.cpp's multi-letter short flags, which the option parser cannot declare
+  static char model_draft[] = "--model-draft";
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "-md")) argv[i] = model_draft;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     if (k3::multinode::leader()) usage();
     return k3::multinode::finish(argc < 2 ? 1 : 0, "", "");

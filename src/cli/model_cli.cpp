@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -57,7 +59,9 @@ std::string builtin_model_path() {
   }
   std::fprintf(stderr,
                "k3: no model given (-m); using the built-in synthetic model %s.\n"
-               "k3: its weights are RANDOM, so the text it writes is meaningless.\n",
+               "k3: its weights are RANDOM, so the text it writes is meaningless (bytes that are not UTF-8 show as such).\n"
+               "k3: to run a real model: k3 run -m MODEL.gguf -p \"...\" (k3 convert makes a GGUF from the Hugging\n"
+               "k3: Face checkpoint, k3 quantize sizes it to your memory; README.md shows the steps).\n",
                path.c_str());
   if (!std::filesystem::exists(path)) {
     std::error_code ec;
@@ -141,6 +145,63 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
   app.add_option("--routing-trace", f.trace,
                  "record the experts each MoE layer requests to FILE for k3 cache-sim (streams experts, with "
                  "--expert-cache auto unless given)");
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("%s: cannot open", path.c_str());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void add_spec_flags(CLI::App& app, SpecFlags& f) {
+  app.add_option("--model-draft", f.draft, "(-md) DSpark draft GGUF: speculative decoding with it (output unchanged)");
+  app.add_option("--spec-type", f.type,
+                 "ngram: drafts from earlier occurrences of the last tokens (no model); dspark: the -md draft "
+                 "(default with -md)");
+  app.add_option("--draft-max", f.draft_max,
+                 "most drafted tokens a step (default: chosen per step from the measured verify cost and acceptance)")
+      ->capture_default_str();
+  app.add_option("--draft-min", f.draft_min, "fewer drafts than this: a plain step")->capture_default_str();
+}
+
+spec::SpecOptions spec_options(const SpecFlags& f) {
+  spec::SpecOptions o;
+  if (f.type.empty()) o.type = f.draft.empty() ? spec::SpecType::None : spec::SpecType::Dspark;
+  else if (f.type == "ngram") o.type = spec::SpecType::Ngram;
+  else if (f.type == "dspark") o.type = spec::SpecType::Dspark;
+  else fail("--spec-type '%s': expected ngram or dspark", f.type.c_str());
+  if (o.type == spec::SpecType::Ngram && !f.draft.empty()) fail("--spec-type ngram takes no draft model (-md)");
+  if (o.type == spec::SpecType::Dspark && f.draft.empty()) fail("--spec-type dspark needs a draft model (-md FILE)");
+  if (o.type == spec::SpecType::None && (f.draft_max || f.draft_min))
+    fail("--draft-max / --draft-min need a draft model (-md) or --spec-type");
+  if (f.draft_max < 0 || f.draft_min < 0) fail("--draft-max and --draft-min must be >= 0");
+  o.draft_max = f.draft_max, o.draft_min = f.draft_min;
+  if (const char* k = std::getenv("K3_SPEC_KEEP")) {
+    if (std::string(k) == "states") o.keep = model::KeepMode::States;
+    else if (std::string(k) != "inputs") fail("K3_SPEC_KEEP=%s: expected inputs or states", k);
+  }
+  return o;
+}
+
+SpecSetup load_spec(const model::Model& target, const SpecFlags& f) {
+  SpecSetup s;
+  s.options = spec_options(f);
+  if (s.options.type == spec::SpecType::Dspark)
+    s.draft = spec::DraftModel::load(f.draft, target, static_cast<uint32_t>(f.draft_max));
+  return s;
+}
+
+nlohmann::json spec_json(const spec::SpecStats& s, spec::SpecType type) {
+  return {{"type", spec::spec_type_name(type)},
+          {"passes", s.passes},
+          {"steps", s.steps},
+          {"draft_tokens", s.drafted},
+          {"draft_accepted", s.accepted},
+          {"accepted_hist", s.accepted_hist},
+          {"tokens_per_pass", s.steps ? double(s.emitted) / double(s.steps) : 0.0},
+          {"draft_s", s.draft_s}};
 }
 
 std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const StreamFlags& f, bool quiet,

@@ -10,6 +10,7 @@
 #include "multinode/multinode.h"
 #include "model/expert_store.h"
 #include "model/ops.h"
+#include "spec/speculator.h"
 #include "vision/encoder.h"
 
 namespace CLI {
@@ -18,6 +19,8 @@ class App;
 
 namespace k3::cli {
 
+// A whole file; throws k3::Error naming it when it cannot be read.
+std::string read_text_file(const std::string& path);
 // "1,2,3" -> {1,2,3}; throws k3::Error naming the bad element.
 std::vector<int32_t> parse_ids(const std::string& s);
 // Threads to use: the flag if > 0, else the hardware concurrency.
@@ -29,10 +32,6 @@ model::F16Rule parse_f16_rule(const std::string& s);
 std::string builtin_model_path();
 // --pp K: pipeline stages when started by mpirun (docs/multinode.md).
 void add_pp_flag(CLI::App& app, int& pp);
-// Why the prompt cache (serve, chat --session, run --prompt-cache) is off under mpirun: it copies
-// states in and out on the leader, which holds only its own share of each state.
-inline constexpr const char* kNoCacheUnderMpi =
-    "the prompt cache is not supported under mpirun yet (each process holds only its share of a sequence's state)";
 // The "ranks" array of --json: per process {"rank","host","weight_bytes","rss_bytes","comm_seconds",
 // "messages_per_token", ...} (one entry without mpirun); the counters over the span since `before`
 // (multinode::stats, which every process must call: the leader asks the others).
@@ -64,5 +63,24 @@ void add_stream_flags(CLI::App& app, StreamFlags& f);
 // (docs/performance.md, "Lane layouts").
 std::unique_ptr<model::ExpertStore> make_expert_store(model::Model& m, const StreamFlags& f, bool quiet = false,
                                                       uint64_t state_bytes = 0);
+
+// Speculative decoding (docs/spec.md): -md/--model-draft FILE, --spec-type ngram|dspark,
+// --draft-max N, --draft-min N; shared by run, chat, serve and bench.
+struct SpecFlags {
+  std::string draft, type;
+  int draft_max = 0, draft_min = 0;
+};
+void add_spec_flags(CLI::App& app, SpecFlags& f);
+// The draft the flags name (loaded and checked against the target, null for n-gram or none) and
+// the options. Off without -md and --spec-type. K3_SPEC_KEEP=inputs|states picks how the
+// target's state is put back (State::keep_rows; docs/spec.md measures both).
+spec::SpecOptions spec_options(const SpecFlags& f);
+struct SpecSetup {
+  std::unique_ptr<spec::DraftModel> draft;
+  spec::SpecOptions options;
+};
+SpecSetup load_spec(const model::Model& target, const SpecFlags& f);
+// The "spec" object of --json outputs.
+nlohmann::json spec_json(const spec::SpecStats& s, spec::SpecType type);
 
 }  // namespace k3::cli

@@ -23,10 +23,10 @@ void ffn_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t, c
   // F of the F_all hidden rows and H_out of the H outputs are this process's (all of them alone).
   const int64_t F = w.ffn_gate.ne[1], F_all = w.ffn_down.ne[0], H = hp.n_embd, H_out = w.ffn_down.ne[1];
   thread_local std::vector<float> a;
+  thread_local std::vector<uint8_t> aq;
   scratch_zeros(a, T * F_all);
   situ_hidden(ctx, ops::Situ(hp.situ_beta, hp.situ_linear_beta), w.ffn_gate, w.ffn_up, x, T, a.data());
-  gather(ctx, {{a.data(), F, F_all}}, T);
-  linear(ctx, w.ffn_down, a.data(), T, out);
+  linear_gathered(ctx, w.ffn_down, a.data(), F, F_all, 1, T, out, aq);
   gather(ctx, {{out, H_out, H}}, T);
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "model/placement.h"
+#include "tensor/types.h"
 
 namespace k3::model {
 
@@ -17,12 +18,28 @@ struct Bank;
 class StateMirror;
 
 // A block output computed in slices: every row holds `local` of its `full` values here (this
-// process's share of whole units of `unit` values: a head's width, or single values).
+// process's share of whole units of `unit` values: a head's width, or single values), as floats
+// or already in the format the product it feeds converts its input to (exchange_format).
 struct Slice {
-  float* data = nullptr;  // [T][local] on entry, [T][full] on return (room for T * full)
+  void* data = nullptr;  // [T][local] values on entry, [T][full] on return (room for T rows of full)
   int64_t local = 0, full = 0;
   int64_t unit = 1;
+  GgmlType type = GgmlType::F32;
+  size_t bytes(int64_t values) const { return row_size(type, values); }
 };
+
+// The format in which a block output of `full` values (units of `unit`) that feeds a product
+// taking its input in `input` (the weight's vec_dot_type, quant-formats.md §10) travels among
+// `tp` processes: `input` for one token when every process's share is whole blocks of it (a format
+// converts block by block, so converting the slices gives the bits of converting the whole, in a
+// quarter of the bytes of floats for the Q8 formats); else F32.
+inline GgmlType exchange_format(GgmlType input, int64_t full, int64_t unit, int tp, int64_t T) {
+  if (T != 1 || tp == 1 || input == GgmlType::F32) return GgmlType::F32;
+  const int64_t block = type_info(input).block;
+  for (int r = 1; r < tp; ++r)
+    if (share_begin(full / unit, tp, r) * unit % block != 0) return GgmlType::F32;
+  return input;
+}
 
 class Group {
  public:

@@ -65,7 +65,34 @@ void l2n(float* x, int64_t n, float eps) {
   }
 }
 
+// One token of the gated delta rule on one head's state S (§6.3 step 6); eg: d floats of scratch.
+void delta_token(const VecMath& vm, float* S, int64_t d, const float* g, const float* k, const float* q,
+                 const float* v, float beta, float* eg, float* o) {
+  for (int64_t i = 0; i < d; ++i) eg[i] = g[i];
+  ops::exp_n(eg, d);
+  vm.delta_rule(S, d, eg, k, q, v, beta, 1.0f / sqrtf(static_cast<float>(d)), o);
+}
+
+// dst = n rows of w values from src.
+void keep(std::vector<float>& dst, const float* src, int64_t n, int64_t w) { dst.assign(src, src + n * w); }
+
 }  // namespace
+
+void kda_replay(const KdaJournal& j, int64_t d, int64_t n, int64_t m, float* rec, ThreadPool& pool) {
+  const int64_t nh = static_cast<int64_t>(j.beta.size()) / n, D = nh * d;
+  const VecMath& vm = vecmath();
+  pool.chunks(nh, 1, [&](int64_t h0, int64_t h1) {
+    thread_local std::vector<float> eg, o;
+    scratch_zeros(eg, d), scratch_zeros(o, d);
+    for (int64_t h = h0; h < h1; ++h) {
+      float* S = rec + h * d * d;
+      std::copy_n(j.rec0.data() + h * d * d, d * d, S);
+      for (int64_t t = 0; t < m; ++t)
+        delta_token(vm, S, d, &j.g[t * D + h * d], &j.k[t * D + h * d], &j.q[t * D + h * d], &j.v[t * D + h * d],
+                    j.beta[t * nh + h], eg.data(), o.data());
+    }
+  });
+}
 
 void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
                  const float* x, float* out) {
@@ -82,6 +109,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<float> proj, q, k, v, fa, beta, gate, g, o;
+    std::vector<uint8_t> oq;
   } tls;
   std::vector<float>&proj = tls.proj, &q = tls.q, &k = tls.k, &v = tls.v, &fa = tls.fa, &beta = tls.beta,
                      &gate = tls.gate, &g = tls.g, &o = tls.o;
@@ -90,6 +118,13 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   const LinearJob jobs[] = {{w.wq, x, &proj[0]},         {w.wk, x, &proj[T * D]}, {w.wv, x, &proj[2 * T * D]},
                             {w.f_a, x, fa.data()},        {w.beta, x, beta.data()}, {w.ssm_g, x, gate.data()}};
   linear_batch(ctx, jobs, 6, T);
+  for (const SegRows& sg : segs)
+    if (KdaJournal* j = sg.state->journal(il, sg.n)) {  // before the conv moves the window
+      const std::vector<float>& c = sg.state->layers[il].conv;
+      j->conv0.assign(c.begin(), c.end());
+      j->proj.resize(3 * sg.n * D);
+      for (int s = 0; s < 3; ++s) std::copy_n(&proj[s * T * D] + sg.row0 * D, sg.n * D, &j->proj[s * sg.n * D]);
+    }
   const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
   float* dst[3] = {q.data(), k.data(), v.data()};
   static const char* names[3] = {"kda_q_conv", "kda_k_conv", "kda_v_conv"};
@@ -130,8 +165,21 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     }
 
   // 6. recurrence, per (segment, head), tokens in order. S row j (value channel) holds S[i][j] over i.
+  // A journal (State::keep_rows) gets what a rewind needs: the inputs and the states before the
+  // pass (Inputs), or the state after each token but the last (States).
+  for (const SegRows& sg : segs) {
+    KdaJournal* j = sg.state->journal(il, sg.n);
+    if (!j) continue;
+    const size_t rec = sg.state->layers[il].rec.size();
+    if (sg.state->keep_mode() == KeepMode::States) {
+      j->recs.resize((sg.n - 1) * rec);
+      continue;
+    }
+    j->rec0.resize(rec);
+    keep(j->q, &q[sg.row0 * D], sg.n, D), keep(j->k, &k[sg.row0 * D], sg.n, D), keep(j->v, &v[sg.row0 * D], sg.n, D);
+    keep(j->g, &g[sg.row0 * D], sg.n, D), keep(j->beta, &beta[sg.row0 * nh], sg.n, nh);
+  }
   scratch_zeros(o, T * D_all);  // [T][D] here, all heads after the gather
-  const float scale = 1.0f / sqrtf(static_cast<float>(d));
   const VecMath& vm = vecmath();
   par_for(ctx, n_seg * nh, (T + n_seg - 1) / n_seg * d * d * 4, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> eg;
@@ -140,13 +188,14 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       const SegRows& sg = segs[sh / nh];
       const int64_t h = sh % nh;
       float* S = sg.state->layers[il].rec.data() + h * d * d;
+      KdaJournal* j = sg.state->journal(il, sg.n);
+      const bool states = j && sg.state->keep_mode() == KeepMode::States;
+      if (j && !states) std::copy_n(S, d * d, j->rec0.data() + h * d * d);
       for (int64_t t = sg.row0; t < sg.row0 + sg.n; ++t) {
-        const float* qh = &q[t * D + h * d];
-        const float* kh = &k[t * D + h * d];
-        const float* gh = &g[t * D + h * d];
-        for (int64_t i = 0; i < d; ++i) eg[i] = gh[i];
-        ops::exp_n(eg.data(), d);
-        vm.delta_rule(S, d, eg.data(), kh, qh, &v[t * D + h * d], beta[t * nh + h], scale, &o[t * D + h * d]);
+        delta_token(vm, S, d, &g[t * D + h * d], &k[t * D + h * d], &q[t * D + h * d], &v[t * D + h * d],
+                    beta[t * nh + h], eg.data(), &o[t * D + h * d]);
+        if (states && t + 1 < sg.row0 + sg.n)
+          std::copy_n(S, d * d, j->recs.data() + ((t - sg.row0) * nh + h) * d * d);
       }
     }
   });
@@ -164,8 +213,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   trace("kda_gated", o.data(), D);
 
   // 8. output projection over every head
-  gather(ctx, {{o.data(), D, D_all, d}}, T);
-  linear(ctx, w.wo, o.data(), T, out);
+  linear_gathered(ctx, w.wo, o.data(), D, D_all, d, T, out, tls.oq);
   gather(ctx, {{out, H_out, H}}, T);
 }
 

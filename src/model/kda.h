@@ -17,4 +17,8 @@ namespace k3::model {
 void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il, std::span<const SegRows> segs,
                  const float* x, float* out);
 
+// State::rewind in KdaJournal's Inputs mode: rec (every head's [d][d]) becomes the recorded state
+// before the pass advanced by its first m of n tokens, with the very steps kda_forward ran.
+void kda_replay(const KdaJournal& j, int64_t d, int64_t n, int64_t m, float* rec, ThreadPool& pool);
+
 }  // namespace k3::model

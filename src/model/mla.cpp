@@ -36,6 +36,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     std::vector<const SegRows*> seg_of;
     std::vector<LinearJob> jobs;
     std::vector<Block> blocks;
+    std::vector<uint8_t> oq;
   } tls;
   std::vector<float>&q = tls.q, &qa = tls.qa, &kv = tls.kv, &Q = tls.Q, &qn = tls.qn, &qt = tls.qt, &lat = tls.lat,
                      &o = tls.o, &oh = tls.oh, &gate = tls.gate;
@@ -158,8 +159,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
 
   // 8. output projection over every head
-  gather(ctx, {{o.data(), nh * d_v, o_all, d_v}}, T);
-  linear(ctx, w.wo, o.data(), T, out);
+  linear_gathered(ctx, w.wo, o.data(), nh * d_v, o_all, d_v, T, out, tls.oq);
   gather(ctx, {{out, H_out, H}}, T);
 }
 

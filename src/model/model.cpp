@@ -357,7 +357,7 @@ void Model::run(std::span<const Segment> batch, std::span<const SegRows> segs, c
     }
   }
   if (group_) group_->end_pass();
-  for (const SegRows& sg : segs) sg.state->n_past_ = sg.n_past + sg.n;
+  for (const SegRows& sg : segs) sg.state->n_past_ = sg.n_past + sg.n, sg.state->pass_ = sg.n;
   scratch_trim();
   if (rows.empty() || n_want == 1) return;
   int64_t r = 0;
@@ -370,7 +370,8 @@ void Model::run(std::span<const Segment> batch, std::span<const SegRows> segs, c
 }
 
 void Model::prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch, const RunOptions& opt, Logits want,
-                    std::vector<float>* logits, std::span<const InputRows> rows) const {
+                    std::vector<float>* logits, std::span<const InputRows> rows,
+                    const std::function<void(int64_t, int64_t)>& each_pass) const {
   if (ids.empty()) fail("prefill: no tokens");
   if (n_batch <= 0) n_batch = static_cast<int64_t>(ids.size());
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -392,6 +393,7 @@ void Model::prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch,
     const Segment seg{&st, ids.data() + b, T, w, &part, shifted};
     forward(std::span<const Segment>(&seg, 1), opt);
     if (w != Logits::None && logits) logits->insert(logits->end(), part.begin(), part.end());
+    if (each_pass) each_pass(b, T);
   }
 }
 

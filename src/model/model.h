@@ -6,6 +6,7 @@
 // depend on what else is in the batch, nor on how its sequence is cut into segments.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -94,9 +95,10 @@ class Model {
                std::vector<float>* logits) const;
 
   // forward() in chunks of at most n_batch tokens; logits as above (All: every token); rows as in
-  // a Segment, relative to ids[0].
+  // a Segment, relative to ids[0]; each_pass(first, n) after the pass over ids[first, first + n).
   void prefill(State& st, const std::vector<int32_t>& ids, int64_t n_batch, const RunOptions& opt, Logits want,
-               std::vector<float>* logits, std::span<const InputRows> rows = {}) const;
+               std::vector<float>* logits, std::span<const InputRows> rows = {},
+               const std::function<void(int64_t, int64_t)>& each_pass = nullptr) const;
 
  private:
   Model() = default;

@@ -1,7 +1,9 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "model/expert_source.h"
@@ -13,6 +15,10 @@
 namespace k3::model {
 
 namespace {
+
+// Up to this many tokens a pass, the experts are computed as one token's are (experts_rows): the
+// rows of a verify pass (dspark.md §9) read each chosen expert once in a few parallel regions.
+constexpr int64_t kFusedTokens = 16;
 
 // One MoE layer's routed experts: from the mapping, or requested from ctx.experts when the router
 // has chosen and released when the layer is done (also when it throws).
@@ -40,70 +46,108 @@ class ExpertLayer {
   void done(int32_t e) const {
     if (src_) src_->done(il_, e);
   }
+  bool streamed() const { return src_ != nullptr; }
 
  private:
   ExpertSource* src_;
   uint32_t il_;
 };
 
-// One token (decode): y[j] = down_j situ(gate_j z, up_j z) for the k selected experts, in two
-// parallel regions: the gate and up rows of all k experts (situ applied per chunk of rows, on the
-// thread that produced them, and the quantization of its output too when this process holds every
-// row), then the k down matrices. z is quantized once. Same bits as the per-expert linear() path.
-void experts_one_token(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
-                       const int32_t* sel, int64_t k, const float* z, int64_t dl, float* y) {
+// A few tokens (a decode step, the rows of a verify pass): y[t][j] = down_e situ(gate_e z_t, up_e z_t)
+// for every token's k selected experts e, in two parallel regions (the gate and up rows of every
+// (token, expert) pair, situ applied per chunk of rows on the thread that produced them, and the
+// quantization of its output too when this process holds every row; then the downs) per group of
+// at most k distinct experts (all of them with mapped weights; a source holds a group at once, as
+// it holds one token's). Each z_t is quantized once. An expert chosen by several tokens is read
+// once for them while it is in cache. zq: z of one token already quantized (gathered so), or null.
+// Under mpirun a share of whole blocks of the activation is quantized where it is computed and
+// travels so (exchange_format). Same bits as the per-expert linear() path.
+void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
+                  const std::vector<int32_t>& used, const int32_t* sel, int64_t T, int64_t k, const float* z,
+                  const void* zq, int64_t dl, float* y) {
   const int64_t F = w.gate_exps.ne[1], F_all = w.down_exps.ne[0], dl_out = w.down_exps.ne[1];
-  thread_local std::vector<float> g, u;                  // [k][F_all] gate (then situ) outputs, [k][F] up
-  thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z (per partner type), situ outputs
+  thread_local std::vector<float> g, u;                  // [pairs][F_all] gate (then situ) outputs, [pairs][F] up
+  thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z rows (per partner type), situ outputs
   thread_local std::vector<Matvec> mv;
-  thread_local std::vector<ExpertMats> mats;  // all k resident before the regions start
-  g.resize(static_cast<size_t>(k) * F_all);
-  u.resize(static_cast<size_t>(k) * F);
-  mv.clear();
-  mats.resize(k);
-  for (int64_t j = 0; j < k; ++j) mats[j] = src.mats(w, sel[j]);
-  const ExpertMats& first = mats[0];
-  const void* zg = quantize_activation(first.gate.type, z, dl, zq_gate);
-  const void* zu = kernels(first.up.type).vec_dot_type == kernels(first.gate.type).vec_dot_type
-                       ? zg
-                       : quantize_activation(first.up.type, z, dl, zq_up);
-  const GgmlType at = kernels(first.down.type).vec_dot_type;
-  const size_t aq_row = row_size(at, F_all);
-  aq.resize(static_cast<size_t>(k) * aq_row);
-  for (int64_t j = 0; j < k; ++j) {
-    const ExpertMats& m = mats[j];
-    if (ctx.observer) {  // the model's matrices, wherever a source serves them from
-      ctx.observer->on_matmul(w.gate_exps.mat(sel[j]), z, 1);
-      ctx.observer->on_matmul(w.up_exps.mat(sel[j]), z, 1);
+  thread_local std::vector<ExpertMats> mats;  // by position in `used`
+  thread_local std::vector<int64_t> pairs;    // t * k + j of the group's (token, expert) pairs
+  thread_local std::vector<int32_t> pos;      // [E]: an expert's position in `used`
+  pos.assign(w.gate_exps.ne[2], -1);
+  for (size_t i = 0; i < used.size(); ++i) pos[used[i]] = static_cast<int32_t>(i);
+  const ExpertMats first = src.mats(w, used[0]);
+  const GgmlType gt = first.gate.type, ut = first.up.type, at = kernels(first.down.type).vec_dot_type;
+  const bool shared_q = kernels(ut).vec_dot_type == kernels(gt).vec_dot_type;
+  const size_t zg_row = row_size(kernels(gt).vec_dot_type, dl), zu_row = row_size(kernels(ut).vec_dot_type, dl);
+  thread_local std::vector<uint8_t> one;  // one row's quantization
+  auto quantize_rows = [&](GgmlType wt, size_t row, std::vector<uint8_t>& buf) {
+    buf.resize(static_cast<size_t>(T) * row);
+    for (int64_t t = 0; t < T; ++t) {
+      const void* q = zq ? zq : quantize_activation(wt, z + t * dl, dl, one);
+      std::memcpy(buf.data() + t * row, q, row);
     }
-    mv.push_back({m.gate, zg, &g[j * F]});
-    mv.push_back({m.up, zu, &u[j * F]});
-  }
-  const bool whole = F == F_all;  // else the rows are quantized once gathered
+  };
+  quantize_rows(gt, zg_row, zq_gate);
+  if (!shared_q) quantize_rows(ut, zu_row, zq_up);
+  const std::vector<uint8_t>& zu = shared_q ? zq_gate : zq_up;
+  const size_t zu_stride = shared_q ? zg_row : zu_row;
+  const size_t aq_row = row_size(at, F_all);
+  // the rows of every process, quantized where they are computed (exchange_format), or floats
+  const GgmlType moved = ctx.group ? exchange_format(at, F_all, 1, ctx.group->placement().tp_size, 1) : at;
+  // quantized here: every row (F == F_all), or a share of whole blocks (rows [i][row_size(at, F)]
+  // before the gather); else once gathered
+  const bool here = at != GgmlType::F32 && (F == F_all || moved == at);
+  const size_t stride = F == F_all ? aq_row : row_size(at, F);
   const int64_t align = type_info(at).block;
   const auto from_float = kernels(at).from_float;
-  // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
-  float *const gp = g.data(), *const up = u.data();
-  uint8_t* const aqp = aq.data();
-  matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
-    float* a = gp + j * F;
-    situ.apply(a + r0, up + j * F + r0, r1 - r0);
-    if (whole && at != GgmlType::F32) from_float(a + r0, aqp + j * aq_row + row_size(at, r0), r1 - r0);
-  });
-  gather(ctx, {{gp, F, F_all}}, k);
-  if (!whole && at != GgmlType::F32)
-    par_for(ctx, k, F_all, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) from_float(gp + j * F_all, aqp + j * aq_row, F_all);
+  const size_t n_used = used.size(), per_group = src.streamed() ? static_cast<size_t>(k) : n_used;
+  mats.assign(n_used, first);
+  for (size_t g0 = 0; g0 < n_used; g0 += per_group) {
+    const size_t g1 = std::min(n_used, g0 + per_group);
+    for (size_t i = g0; i < g1; ++i)
+      if (i > 0) mats[i] = src.mats(w, used[i]);
+    pairs.clear();
+    for (int64_t p = 0; p < T * k; ++p)
+      if (static_cast<size_t>(pos[sel[p]]) >= g0 && static_cast<size_t>(pos[sel[p]]) < g1) pairs.push_back(p);
+    const int64_t n = static_cast<int64_t>(pairs.size());
+    g.resize(static_cast<size_t>(n) * F_all);
+    u.resize(static_cast<size_t>(n) * F);
+    aq.resize(static_cast<size_t>(n) * aq_row);
+    mv.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = pairs[i] / k, e = sel[pairs[i]];
+      const ExpertMats& m = mats[pos[e]];
+      if (ctx.observer) {  // the model's matrices, wherever a source serves them from
+        ctx.observer->on_matmul(w.gate_exps.mat(e), z + t * dl, 1);
+        ctx.observer->on_matmul(w.up_exps.mat(e), z + t * dl, 1);
+      }
+      mv.push_back({m.gate, zq_gate.data() + t * zg_row, &g[i * F]});
+      mv.push_back({m.up, zu.data() + t * zu_stride, &u[i * F]});
+    }
+    // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
+    float *const gp = g.data(), *const up = u.data();
+    uint8_t* const aqp = aq.data();
+    matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
+      float* a = gp + j * F;
+      situ.apply(a + r0, up + j * F + r0, r1 - r0);
+      if (here) from_float(a + r0, aqp + j * stride + row_size(at, r0), r1 - r0);
     });
-  mv.clear();
-  for (int64_t j = 0; j < k; ++j) {
-    const ExpertMats& m = mats[j];
-    const float* a = &g[j * F_all];
-    if (ctx.observer) ctx.observer->on_matmul(w.down_exps.mat(sel[j]), a, 1);
-    mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[j * aq_row], y + j * dl_out});
+    if (here) gather(ctx, {{aqp, F, F_all, 1, at}}, n);
+    else gather(ctx, {{gp, F, F_all}}, n);
+    if (!here && at != GgmlType::F32)
+      par_for(ctx, n, F_all, [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) from_float(gp + j * F_all, aqp + j * aq_row, F_all);
+      });
+    mv.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t e = sel[pairs[i]];
+      const ExpertMats& m = mats[pos[e]];
+      const float* a = &g[i * F_all];
+      if (ctx.observer) ctx.observer->on_matmul(w.down_exps.mat(e), a, 1);
+      mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[i * aq_row], y + pairs[i] * dl_out});
+    }
+    matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
+    for (size_t i = g0; i < g1; ++i) src.done(used[i]);
   }
-  matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
-  for (int64_t j = 0; j < k; ++j) src.done(sel[j]);
 }
 
 // The fused path rounds the activation to the partner format like matmul; F16 stacks under the AMX
@@ -127,6 +171,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // sel/wt: [T][k] in selection order. Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
     std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, ash, sh;
+    std::vector<uint8_t> zq, shq;
     std::vector<int32_t> sel, idx, used;
     std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
   } tls;
@@ -142,23 +187,38 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   for (auto* v : {&a, &b}) release_if_oversized(*v, T * F_all);
 
   // 1, 6. the products of the layer input, gathered in one exchange: router logits, z = the input
-  // down to the latent (or the input itself), the shared experts' hidden layer
+  // down to the latent (or the input itself), the shared experts' hidden layer; z and the hidden
+  // layer in the formats their products take them (GatheredInput) where they can be
+  const bool fused = T <= kFusedTokens && fused_ok(ctx, w);
   scratch_zeros(probs, T * E);
   linear(ctx, w.gate_inp, x, T, probs.data());
   Slice cut[3] = {{probs.data(), w.gate_inp.ne[1], E}};  // this process's rows of each
   size_t n_cut = 1;
   const float* z = x;
+  const void* zq = nullptr;  // z gathered in the experts' input format
   if (hp.latent()) {
     scratch_zeros(zbuf, T * dl);
     linear(ctx, w.routed_down, x, T, zbuf.data());
     z = zbuf.data();
-    cut[n_cut++] = {zbuf.data(), w.routed_down.ne[1], dl};
+    const int64_t local = w.routed_down.ne[1];
+    cut[n_cut] = {zbuf.data(), local, dl};
+    const GgmlType vt = kernels(w.gate_exps.type).vec_dot_type;
+    if (T == 1 && fused && ctx.group && !ctx.observer && vt == kernels(w.up_exps.type).vec_dot_type &&
+        exchange_format(vt, dl, 1, ctx.group->placement().tp_size, T) == vt) {
+      scratch_size(tls.zq, row_size(vt, dl));
+      kernels(vt).from_float(zbuf.data(), tls.zq.data(), local);
+      cut[n_cut] = {tls.zq.data(), local, dl, 1, vt};
+      zq = tls.zq.data();
+    }
+    ++n_cut;
   }
+  std::optional<GatheredInput> sh_in;  // the shared experts' hidden layer, input of down_shexp
   if (w.gate_shexp) {
     const int64_t sh_all = w.down_shexp.ne[0];
     scratch_zeros(ash, T * sh_all);
     situ_hidden(ctx, situ, w.gate_shexp, w.up_shexp, x, T, ash.data());
-    cut[n_cut++] = {ash.data(), w.gate_shexp.ne[1], sh_all};
+    sh_in.emplace(ctx, w.down_shexp, ash.data(), w.gate_shexp.ne[1], sh_all, 1, T, tls.shq);
+    cut[n_cut++] = sh_in->part();
   }
   gather(ctx, std::span<const Slice>(cut, n_cut), T);
 
@@ -205,13 +265,14 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   trace("ffn_moe_weights", wt.data(), k);
 
-  // 7. experts: tokens grouped by expert, one product per expert over its tokens. y: [T][k][dl_out]
+  // 7. experts. A few tokens: every (token, expert) product in a few parallel regions; more: tokens
+  // grouped by expert, one product per expert over its tokens. y: [T][k][dl_out]
   scratch_zeros(y, T * k * dl_out);
-  const bool one_token = T == 1 && fused_ok(ctx, w);
   used.clear();  // ascending expert ids
-  if (one_token) {
-    used.assign(sel.begin(), sel.end());  // a token's k experts are distinct
+  if (fused) {
+    used.assign(sel.begin(), sel.end());
     std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
   } else {
     rows.resize(E);
     for (auto& r : rows) r.clear();
@@ -220,8 +281,8 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       if (!rows[e].empty()) used.push_back(e);
   }
   ExpertLayer src(ctx.experts, il, used, x, T);
-  if (one_token) {
-    experts_one_token(ctx, situ, w, src, sel.data(), k, z, dl, y.data());
+  if (fused) {
+    experts_rows(ctx, situ, w, src, used, sel.data(), T, k, z, zq, dl, y.data());
   } else {
     const int64_t whole_rows = w.gate_exps.whole_rows();
     Ctx quiet = ctx;  // the observer is told of the model's matrices, wherever a source serves them from
@@ -278,7 +339,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // 11-12. shared experts on the un-projected input
   if (w.gate_shexp) {
     scratch_zeros(sh, T * H_out);
-    linear(ctx, w.down_shexp, ash.data(), T, sh.data());
+    sh_in->product(sh.data());
     trace("ffn_shexp", sh.data(), H_out);
     for (int64_t i = 0; i < T * H_out; ++i) out[i] = out[i] + sh[i];
   }

@@ -58,47 +58,64 @@ void gather(Ctx& ctx, std::span<const Slice> parts, int64_t T) {
   for (const Slice& s : parts) K3_ASSERT(s.local == s.full);
 }
 
+static bool amx_rule(const Ctx& ctx, const WeightView& w, int64_t whole_rows) {
+  const int64_t rows = whole_rows > 0 ? whole_rows : w.ne1;
+  return w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx && rows % 32 == 0 && w.ne0 % 16 == 0;
+}
+
 void linear(Ctx& ctx, const WeightView& w, const float* x, int64_t T, float* y, int64_t whole_rows) {
   if (T <= 0) return;
   if (ctx.observer) ctx.observer->on_matmul(w, x, T);
-  const int64_t rows = whole_rows > 0 ? whole_rows : w.ne1;
-  if (w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx && rows % 32 == 0 && w.ne0 % 16 == 0) {
+  if (amx_rule(ctx, w, whole_rows)) {
     linear_f16_as_f32(ctx, w, x, T, y);
     return;
   }
   matmul(w, x, T, y, ctx.pool);
 }
 
+GgmlType input_format(const Ctx& ctx, const WeightView& w, int64_t whole_rows) {
+  return amx_rule(ctx, w, whole_rows) ? GgmlType::F32 : kernels(w.type).vec_dot_type;
+}
+
+GatheredInput::GatheredInput(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t full, int64_t unit,
+                             int64_t T, std::vector<uint8_t>& q)
+    : ctx_(ctx), w_(w), x_(x), T_(T), part_{x, local, full, unit} {
+  if (!ctx.group || ctx.observer) return;  // alone nothing moves; an observer sees the floats
+  part_.type = exchange_format(input_format(ctx, w.mat(), w.whole_rows()), full, unit,
+                               ctx.group->placement().tp_size, T);
+  if (part_.type == GgmlType::F32) return;
+  scratch_size(q, row_size(part_.type, full));
+  kernels(part_.type).from_float(x, q.data(), local);
+  part_.data = q.data();
+}
+
+void GatheredInput::product(float* y) const {
+  if (part_.type == GgmlType::F32) return linear(ctx_, w_, x_, T_, y);
+  const Matvec mv{w_.mat(), part_.data, y};  // linear()'s one-token product on its converted input
+  matvec_batch(&mv, 1, 1, ctx_.pool);
+}
+
+void linear_gathered(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t full, int64_t unit, int64_t T,
+                     float* y, std::vector<uint8_t>& q) {
+  const GatheredInput in(ctx, w, x, local, full, unit, T, q);
+  gather(ctx, {in.part()}, T);
+  in.product(y);
+}
+
 void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T) {
-  bool fused = T == 1;
-  for (size_t i = 0; i < n; ++i)
-    if (jobs[i].w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx) fused = false;
-  if (!fused) {
+  bool amx = false;
+  for (size_t i = 0; i < n; ++i) amx |= jobs[i].w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx;
+  if (amx) {  // (the rule may apply to some: each its own way)
     for (size_t i = 0; i < n; ++i) linear(ctx, jobs[i].w, jobs[i].x, T, jobs[i].y, jobs[i].whole_rows);
     return;
   }
-  // Quantized inputs, reused by later jobs with the same input and partner format.
-  thread_local std::vector<std::vector<uint8_t>> bufs;
-  thread_local std::vector<Matvec> mv;
-  if (bufs.size() < n) bufs.resize(n);
-  mv.clear();
+  thread_local std::vector<MatmulJob> mj;
+  mj.clear();
   for (size_t i = 0; i < n; ++i) {
-    const LinearJob& j = jobs[i];
-    if (ctx.observer) ctx.observer->on_matmul(j.w, j.x, 1);
-    const GgmlType vt = kernels(j.w.type).vec_dot_type;
-    const void* xq = nullptr;
-    for (size_t p = 0; p < i && !xq; ++p)
-      if (jobs[p].x == j.x && kernels(jobs[p].w.type).vec_dot_type == vt) xq = mv[p].xq;
-    if (!xq) {
-      const int64_t block = std::max(type_info(j.w.type).block, type_info(vt).block);
-      if (j.w.ne0 <= 0 || j.w.ne0 % block != 0 || j.w.nb1 < row_size(j.w.type, j.w.ne0))
-        fail("linear: %s weight with ne0 = %lld, row stride %zu (ne0 must be a positive multiple of %lld)",
-             type_info(j.w.type).name, static_cast<long long>(j.w.ne0), j.w.nb1, static_cast<long long>(block));
-      xq = quantize_activation(j.w.type, j.x, j.w.ne0, bufs[i]);
-    }
-    mv.push_back({j.w, xq, j.y});
+    if (ctx.observer) ctx.observer->on_matmul(jobs[i].w, jobs[i].x, T);
+    mj.push_back({jobs[i].w, jobs[i].x, jobs[i].y});
   }
-  matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
+  matmul_batch(mj.data(), mj.size(), T, ctx.pool);
 }
 
 namespace ops {

@@ -71,8 +71,35 @@ inline void linear(Ctx& ctx, const Tensor& w, const float* x, int64_t T, float* 
   linear(ctx, w.mat(), x, T, y, w.whole_rows());
 }
 
-// Several products y = W x of T tokens each. For one token they run in one parallel region (each
-// distinct input quantized once); otherwise one linear() each. Same bits as linear() either way.
+// The format linear() converts w's input to for one token: its vec_dot_type, or F32 (F32 weights,
+// and F16 weights under the AMX rule, which are multiplied against the floats).
+GgmlType input_format(const Ctx& ctx, const WeightView& w, int64_t whole_rows);
+
+// The input x of a product with w that a block computed in slices (`local` of `full` values per
+// row here, in units of `unit`; x has room for T rows of full). part() is what gather() exchanges:
+// the floats, or this process's slice converted into q in the format the product takes
+// (exchange_format: one token, whole blocks); product(y) is then y = W x, with the same bits.
+class GatheredInput {
+ public:
+  GatheredInput(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t full, int64_t unit, int64_t T,
+                std::vector<uint8_t>& q);
+  const Slice& part() const { return part_; }
+  void product(float* y) const;
+
+ private:
+  Ctx& ctx_;
+  const Tensor& w_;
+  float* x_;
+  int64_t T_;
+  Slice part_;
+};
+// y = W x of an input computed in slices: gathered (in one exchange of its own), then multiplied.
+void linear_gathered(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t full, int64_t unit, int64_t T,
+                     float* y, std::vector<uint8_t>& q);
+
+// Several products y = W x of T tokens each, in one parallel region (matmul_batch: each distinct
+// input quantized once), which pays where they are small: a decode step, a verify pass, per-head
+// products. Same bits as linear() each.
 struct LinearJob {
   WeightView w;
   const float* x;

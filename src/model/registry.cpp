@@ -222,12 +222,16 @@ bool type_allowed(const TensorDef& def, GgmlType t, int64_t ne0, std::string* wh
   return true;
 }
 
+// llama-quantize's fallbacks; it has none for Q1_0 and NVFP4 (it stops there), k3 gives them the
+// nearest type that fits more rows: Q4_0 (as Q2_0), MXFP4 (the same E2M1 codes per 32).
 GgmlType fallback_type(GgmlType want, int64_t ne0) {
   auto fits = [&](GgmlType t) { return ne0 % type_info(t).block == 0; };
   if (fits(want)) return want;
   GgmlType fb = GgmlType::F16;
   switch (want) {
-    case GgmlType::Q2_K: case GgmlType::Q3_K: fb = GgmlType::Q4_0; break;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q2_0: case GgmlType::TQ1_0: case GgmlType::TQ2_0:
+    case GgmlType::Q1_0: fb = GgmlType::Q4_0; break;
+    case GgmlType::NVFP4: fb = GgmlType::MXFP4; break;
     case GgmlType::Q4_K: fb = GgmlType::Q5_0; break;
     case GgmlType::Q5_K: fb = GgmlType::Q5_1; break;
     case GgmlType::Q6_K: fb = GgmlType::Q8_0; break;
@@ -265,12 +269,14 @@ static bool held(const TensorRef& r, const HParams& hp, const Placement& where) 
   return r.def.global == &Weights::token_embd ? where.stage == 0 : where.stage == where.n_stages - 1;
 }
 
-// Narrows t (the whole tensor) to the share of `where` that the table entry's cut gives it.
-static void cut(Tensor& t, const TensorRef& r, const HParams& hp, const Placement& where, const std::string& path) {
+// Narrows t (the whole tensor) to the share of `where` that the table entry's cut gives it; a
+// tensor already cut to it (`stored`, a file of that share) keeps its bytes.
+static void cut(Tensor& t, const TensorRef& r, const HParams& hp, const Placement& where, const std::string& path,
+                bool stored) {
   const Cut c = r.def.cut;
   if (c.kind == Cut::Whole || where.tp_size == 1) return;
   const int a = c.axis;
-  const int64_t n = t.ne[a];
+  const int64_t n = r.shape.ne[a];
   const int64_t unit = c.kind == Cut::Heads ? n / hp.n_head[r.il] : 1;
   if (unit <= 0 || n % unit != 0)
     fail("%s: tensor '%s' has %lld values on axis %d, not a whole number per head (%u heads)", path.c_str(),
@@ -285,10 +291,33 @@ static void cut(Tensor& t, const TensorRef& r, const HParams& hp, const Placemen
   }
   for (int i = 1; i < a; ++i) stride *= static_cast<size_t>(t.ne[i]);
   for (int i = a + 1; i < 4; ++i) K3_ASSERT(t.ne[i] == 1 || (a == 1 && i == 2));  // a byte range, or rows of a stack
+  t.first = b;
+  if (stored) {
+    if (t.ne[a] != e - b)
+      fail("%s: tensor '%s' holds %lld of its %lld values on axis %d; this process's share is %lld", path.c_str(),
+           r.name.c_str(), static_cast<long long>(t.ne[a]), static_cast<long long>(n), a, static_cast<long long>(e - b));
+    return;
+  }
   if (a == 1 && t.ne[2] > 1) t.nb2 = static_cast<size_t>(t.ne[1]) * t.row_bytes();
   t.data += static_cast<size_t>(b) * stride;
   t.ne[a] = e - b;
-  t.first = b;
+}
+
+// A file of one process's share (placement.h: k3.share.*) must be the share of `where`.
+static bool share_file(const gguf::Model& file, const Placement& where, const std::string& path) {
+  const gguf::Metadata& meta = file.meta();
+  if (!meta.has(kShareRank)) return false;
+  const int rank = static_cast<int>(meta.get_u32(kShareRank)), n = static_cast<int>(meta.get_u32(kShareProcesses)),
+            pp = static_cast<int>(meta.get_u32(kShareStages));
+  if (n < 1 || pp < 1 || n % pp != 0 || rank >= n) fail("%s: bad %s keys", path.c_str(), kShareRank);
+  if (placement_of(rank, n, pp) == where) return true;
+  if (where.whole())
+    fail("%s: holds the share of process %d of %d (k3 split --tp %d%s): start %d processes with mpirun -np %d, each "
+         "opens its own file",
+         path.c_str(), rank, n, n / pp, pp > 1 ? strprintf(" --pp %d", pp).c_str() : "", n, n);
+  fail("%s: holds the share of process %d of %d%s; this is process %d of %d%s", path.c_str(), rank, n,
+       pp > 1 ? strprintf(" in %d stages", pp).c_str() : "", where.process(), where.processes(),
+       where.n_stages > 1 ? strprintf(" in %d stages", where.n_stages).c_str() : "");
 }
 
 Weights bind_weights(const gguf::Model& file, HParams& hp, const Placement& where) {
@@ -305,27 +334,35 @@ Weights bind_weights(const gguf::Model& file, HParams& hp, const Placement& wher
   Weights w;
   w.layers.resize(hp.n_layer);
   std::set<std::string, std::less<>> consumed;
+  const bool shared = share_file(file, where, path);
   for_each_tensor(hp, [&](const TensorRef& r) {
     const gguf::TensorInfo* ti = file.find(r.name);
+    const bool here = held(r, hp, where);
+    if (!ti && shared && !here) return;  // another stage's
     if (!ti) {
       if (r.il == kNoLayer) fail("%s: missing tensor '%s'", path.c_str(), r.name.c_str());
       fail("%s: missing tensor '%s' (layer %u is a %s)", path.c_str(), r.name.c_str(), r.il, scope_name(r.def.scope));
     }
     Shape got{ti->n_dims, {ti->ne[0], ti->ne[1], ti->ne[2], ti->ne[3]}};
-    if (!(got == r.shape))
+    // a share file holds the whole tensor, or this process's share of its cut axis
+    Shape cut_shape = r.shape;
+    if (shared && r.def.cut.kind != Cut::Whole) cut_shape.ne[r.def.cut.axis] = got.ne[r.def.cut.axis];
+    const bool stored = !(got == r.shape) && got == cut_shape;
+    if (!(got == r.shape) && !stored)
       fail("%s: tensor '%s' has shape %s, expected %s", path.c_str(), r.name.c_str(), got.str().c_str(),
            r.shape.str().c_str());
     std::string why;
     if (!type_allowed(r.def, ti->type, ti->ne[0], &why))
       fail("%s: tensor '%s' %s", path.c_str(), r.name.c_str(), why.c_str());
     consumed.insert(r.name);
-    if (!held(r, hp, where)) return;
+    if (!here) return;
     Tensor t;
     t.info = ti;
     t.type = ti->type;
     t.data = ti->data;
     for (int i = 0; i < 4; ++i) t.ne[i] = ti->ne[i];
-    cut(t, r, hp, where, path);
+    t.rows = r.shape.ne[1];
+    cut(t, r, hp, where, path, stored);
     if (r.il == kNoLayer)
       w.*(r.def.global) = t;
     else

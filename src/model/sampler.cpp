@@ -40,8 +40,7 @@ int32_t Sampler::argmax(const float* logits, int32_t n) {
   return best;
 }
 
-int32_t Sampler::sample(const float* logits, int32_t n) {
-  if (p_.temp <= 0.0f) return argmax(logits, n);
+const std::vector<Sampler::Cand>& Sampler::distribution(const float* logits, int32_t n) {
   cand_.resize(n);
   for (int32_t i = 0; i < n; ++i) cand_[i] = {i, logits[i], 0.0f};
   auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
@@ -73,12 +72,41 @@ int32_t Sampler::sample(const float* logits, int32_t n) {
     cand_.resize(keep);
   }
   softmax(p_.temp);
+  return cand_;
+}
+
+int32_t Sampler::sample(const float* logits, int32_t n) {
+  if (p_.temp <= 0.0f) return argmax(logits, n);
+  distribution(logits, n);
   double u = uniform(), cum = 0;
   for (const auto& c : cand_) {
     cum += c.p;
     if (u < cum) return c.id;
   }
   return cand_.back().id;
+}
+
+int32_t Sampler::verify(const float* logits, int32_t n, int32_t draft, bool* accepted) {
+  if (p_.temp <= 0.0f) {
+    const int32_t g = argmax(logits, n);
+    *accepted = g == draft;
+    return g;
+  }
+  distribution(logits, n);
+  double pd = 0, rest = 0;
+  for (const auto& c : cand_) (c.id == draft ? pd : rest) += c.p;
+  *accepted = uniform() < pd;
+  if (*accepted) return draft;
+  const double u = uniform() * rest;
+  double cum = 0;
+  int32_t last = -1;
+  for (const auto& c : cand_) {
+    if (c.id == draft) continue;
+    cum += c.p;
+    last = c.id;
+    if (u < cum) return c.id;
+  }
+  return last;
 }
 
 }  // namespace k3::model

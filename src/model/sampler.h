@@ -21,15 +21,25 @@ class Sampler {
   int32_t sample(const float* logits, int32_t n_vocab);
   static int32_t argmax(const float* logits, int32_t n_vocab);  // lowest id on ties
 
- private:
-  double uniform();  // [0, 1), portable across standard libraries
-  SamplerParams p_;
-  uint64_t s_[4];
+  // Speculative decoding with a deterministic draft token (dspark.md §9.6). Greedy: the argmax,
+  // accepted when it is the draft. Sampling: the draft is accepted with probability pi(draft),
+  // pi the distribution sample() draws from for these logits; on a rejection the token is drawn
+  // from pi without the draft, renormalised, so it has distribution pi either way.
+  int32_t verify(const float* logits, int32_t n_vocab, int32_t draft, bool* accepted);
+
   struct Cand {
     int32_t id;
     float logit;
     float p;
   };
+  // What sample() draws from (not for greedy): the candidates left by top-k, top-p and min-p with
+  // their probabilities at the temperature, most likely first. Valid until the next call.
+  const std::vector<Cand>& distribution(const float* logits, int32_t n_vocab);
+  double uniform();  // [0, 1), portable across standard libraries
+
+ private:
+  SamplerParams p_;
+  uint64_t s_[4];
   std::vector<Cand> cand_;
 };
 

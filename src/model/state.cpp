@@ -4,24 +4,30 @@
 #include <limits>
 
 #include "common/error.h"
+#include "model/kda.h"
 
 namespace k3::model {
 
-State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror)
-    : n_ctx_(n_ctx), mirror_(mirror) {
-  if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
-  dims_.resize(hp.n_layer);
+std::vector<LayerDims> state_dims(const HParams& hp, const Weights& w) {
+  std::vector<LayerDims> dims(hp.n_layer);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& lw = w.layers[il];
-    Dims& d = dims_[il];
+    LayerDims& d = dims[il];
     if (lw.ssm_a) {  // KDA: this process's heads
       const size_t D = static_cast<size_t>(lw.conv_q.ne[2]), nh = static_cast<size_t>(lw.ssm_a.ne[0]);
       d.conv = 3 * D * (hp.ssm_d_conv - 1);
       d.rec = nh * hp.kda_head_dim * hp.kda_head_dim;
+      d.head_dim = hp.kda_head_dim;
     } else if (lw.kv_a) {
       d.kv_row = hp.mla_row();
     }
   }
+  return dims;
+}
+
+State::State(const HParams& hp, const Weights& w, int64_t n_ctx, StateMirror* mirror)
+    : dims_(state_dims(hp, w)), n_ctx_(n_ctx), mirror_(mirror) {
+  if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
   if (mirror_) id_ = mirror_->created();
   reset();
 }
@@ -30,10 +36,11 @@ State::State(const HParams& hp, int64_t n_ctx) : n_ctx_(n_ctx) {
   if (n_ctx <= 0) fail("context size must be positive (got %lld)", static_cast<long long>(n_ctx));
   dims_.resize(hp.n_layer);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    Dims& d = dims_[il];
+    LayerDims& d = dims_[il];
     if (hp.attn_kind(il) == AttnKind::KDA) {
       d.conv = 3 * static_cast<size_t>(hp.d_inner(il)) * (hp.ssm_d_conv - 1);
       d.rec = static_cast<size_t>(hp.n_head[il]) * hp.kda_head_dim * hp.kda_head_dim;
+      d.head_dim = hp.kda_head_dim;
     } else {
       d.kv_row = hp.mla_row();
     }
@@ -42,8 +49,10 @@ State::State(const HParams& hp, int64_t n_ctx) : n_ctx_(n_ctx) {
 }
 
 State::State(const State& o)
-    : layers(o.layers), dims_(o.dims_), n_ctx_(o.n_ctx_), n_past_(o.n_past_), mirror_(o.mirror_) {
+    : side(o.side), layers(o.layers), dims_(o.dims_), n_ctx_(o.n_ctx_), n_past_(o.n_past_), pass_(o.pass_),
+      keep_(o.keep_), keep_mode_(o.keep_mode_), side_w_(o.side_w_), mirror_(o.mirror_) {
   for (size_t il = 0; il < layers.size(); ++il) layers[il].kv.reserve(o.layers[il].kv.capacity());
+  side.reserve(o.side.capacity());
   if (mirror_) {
     id_ = mirror_->created();
     mirror_->copied(o.id_, id_);
@@ -51,7 +60,8 @@ State::State(const State& o)
 }
 
 State::State(State&& o) noexcept
-    : layers(std::move(o.layers)), dims_(std::move(o.dims_)), n_ctx_(o.n_ctx_), n_past_(o.n_past_),
+    : side(std::move(o.side)), layers(std::move(o.layers)), dims_(std::move(o.dims_)), n_ctx_(o.n_ctx_),
+      n_past_(o.n_past_), pass_(o.pass_), keep_(o.keep_), keep_mode_(o.keep_mode_), side_w_(o.side_w_),
       mirror_(o.mirror_), id_(o.id_) {
   o.mirror_ = nullptr;
   o.id_ = 0;
@@ -61,7 +71,10 @@ State& State::operator=(const State& o) {
   if (this == &o) return *this;
   layers = o.layers;
   for (size_t il = 0; il < layers.size(); ++il) layers[il].kv.reserve(o.layers[il].kv.capacity());
-  dims_ = o.dims_, n_ctx_ = o.n_ctx_, n_past_ = o.n_past_;
+  side = o.side;
+  side.reserve(o.side.capacity());
+  dims_ = o.dims_, n_ctx_ = o.n_ctx_, n_past_ = o.n_past_, pass_ = o.pass_;
+  keep_ = o.keep_, keep_mode_ = o.keep_mode_, side_w_ = o.side_w_;
   if (!mirror_ && o.mirror_) mirror_ = o.mirror_, id_ = mirror_->created();
   if (mirror_) mirror_->copied(o.id_, id_);
   return *this;
@@ -70,8 +83,9 @@ State& State::operator=(const State& o) {
 State& State::operator=(State&& o) noexcept {
   if (this == &o) return *this;
   if (mirror_) mirror_->dropped(id_);
-  layers = std::move(o.layers), dims_ = std::move(o.dims_);
-  n_ctx_ = o.n_ctx_, n_past_ = o.n_past_, mirror_ = o.mirror_, id_ = o.id_;
+  layers = std::move(o.layers), dims_ = std::move(o.dims_), side = std::move(o.side);
+  n_ctx_ = o.n_ctx_, n_past_ = o.n_past_, pass_ = o.pass_, mirror_ = o.mirror_, id_ = o.id_;
+  keep_ = o.keep_, keep_mode_ = o.keep_mode_, side_w_ = o.side_w_;
   o.mirror_ = nullptr;
   o.id_ = 0;
   return *this;
@@ -91,7 +105,14 @@ void State::reset() {
     // are only touched, and resident, as rows are appended).
     if (dims_[il].kv_row) s.kv.reserve(static_cast<size_t>(n_ctx_) * dims_[il].kv_row);
   }
-  n_past_ = 0;
+  side.clear();
+  n_past_ = pass_ = keep_ = 0;
+}
+
+void State::set_side_width(size_t w) {
+  side_w_ = w;
+  side.clear();
+  side.reserve(static_cast<size_t>(n_ctx_) * w);
 }
 
 uint64_t state_bytes(const HParams& hp, int64_t n_ctx) {
@@ -115,7 +136,59 @@ void State::set_n_past(int64_t n) {
     if (dims_[il].kv_row > 0 && layers[il].kv.size() != static_cast<size_t>(n) * dims_[il].kv_row)
       fail("layer %zu: the restored MLA cache holds %zu values, not %lld rows", il, layers[il].kv.size(),
            static_cast<long long>(n));
+  if (side_w_ && side.size() != static_cast<size_t>(n) * side_w_)
+    fail("the restored side rows hold %zu values, not %lld rows of %zu", side.size(), static_cast<long long>(n),
+         side_w_);
   n_past_ = n;
+  pass_ = 0;
+}
+
+void State::keep_rows(int64_t n, KeepMode mode) {
+  K3_ASSERT(n >= 0);
+  if (mirror_ && n > 0) fail("rewinding a sequence is not supported across processes (mpirun) yet");
+  keep_ = n;
+  keep_mode_ = mode;
+  pass_ = 0;
+}
+
+// Per KDA layer: the conv window after the first m tokens of the pass is the last K-1 inputs of
+// (the window before it, then the pass's inputs); the recurrent state is the recorded one (States)
+// or the state before the pass run through the same delta-rule steps again (Inputs).
+void State::rewind(int64_t pos, ThreadPool& pool) {
+  const int64_t n0 = n_past_ - pass_, m = pos - n0;
+  if (keep_ < pass_ || pass_ == 0 || m < 1 || m > pass_)
+    fail("rewind to %lld: the last pass (%lld tokens from %lld) was not recorded or does not hold it",
+         static_cast<long long>(pos), static_cast<long long>(pass_), static_cast<long long>(n0));
+  if (m < pass_) {
+    for (size_t il = 0; il < dims_.size(); ++il) {
+      const LayerDims& d = dims_[il];
+      LayerState& ls = layers[il];
+      if (d.kv_row) {
+        ls.kv.resize(static_cast<size_t>(pos) * d.kv_row);
+        continue;
+      }
+      if (!d.rec) continue;
+      const KdaJournal& j = ls.journal;
+      const int64_t D = static_cast<int64_t>(d.rec / (d.head_dim * d.head_dim) * d.head_dim);
+      const int64_t S = static_cast<int64_t>(d.conv) / (3 * D);
+      for (int64_t s = 0; s < 3; ++s)
+        for (int64_t c = 0; c < D; ++c) {
+          float* w = ls.conv.data() + (s * D + c) * S;
+          const float* w0 = j.conv0.data() + (s * D + c) * S;
+          for (int64_t i = 0; i < S; ++i) {  // window entry i is input m - S + i (negative: the old window)
+            const int64_t t = m - S + i;
+            w[i] = t < 0 ? w0[S + t] : j.proj[(s * pass_ + t) * D + c];
+          }
+        }
+      if (keep_mode_ == KeepMode::States)
+        std::copy_n(j.recs.data() + (m - 1) * d.rec, d.rec, ls.rec.data());
+      else
+        kda_replay(j, static_cast<int64_t>(d.head_dim), pass_, m, ls.rec.data(), pool);
+    }
+    if (side_w_ && side.size() > static_cast<size_t>(pos) * side_w_) side.resize(static_cast<size_t>(pos) * side_w_);
+  }
+  n_past_ = pos;
+  pass_ = 0;
 }
 
 double State::max_abs_diff(const State& a, const State& b) {

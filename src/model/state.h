@@ -10,7 +10,24 @@
 #include "model/hparams.h"
 #include "model/weights.h"
 
+namespace k3 {
+class ThreadPool;
+}
+
 namespace k3::model {
+
+// What a KDA layer records of a pass so that State::rewind can put it back to after any of the
+// pass's tokens (State::keep_rows): the conv state before the pass and its projected conv inputs
+// [3 (q,k,v)][n][D]; then either (Inputs) the recurrent state before the pass and what the
+// recurrence consumed per token, q and k normalised, v, the decay g before exp [n][D] and beta
+// [n][n_head], or (States) the recurrent state after each token but the last [n-1][rec].
+struct KdaJournal {
+  std::vector<float> conv0, proj;
+  std::vector<float> rec0, q, k, v, g, beta;  // Inputs
+  std::vector<float> recs;                    // States
+};
+
+enum class KeepMode : uint8_t { Inputs, States };
 
 struct LayerState {
   // KDA (§7.1, §7.2)
@@ -18,6 +35,7 @@ struct LayerState {
   std::vector<float> rec;   // [n_head][d (value j)][d (key i)]: S_h[i][j] at h*d*d + j*d + i
   // MLA (§7.3)
   std::vector<float> kv;    // [n_past][r_kv + d_pe]: rows [c_hat | k_pe], F32
+  KdaJournal journal;       // State::keep_rows
 };
 
 // Told when a state is copied or ends, by whoever keeps the other parts of the states elsewhere
@@ -29,6 +47,14 @@ class StateMirror {
   virtual void copied(uint64_t from, uint64_t to) = 0;  // state `to` now holds what `from` holds
   virtual void dropped(uint64_t id) = 0;
 };
+
+// Floats of one layer's state: KDA conv window and recurrent state (this process's heads), MLA row
+// width; zeros for a layer another process holds (its pipeline stage's).
+struct LayerDims {
+  size_t conv = 0, rec = 0, kv_row = 0;  // floats
+  size_t head_dim = 0;                   // KDA d
+};
+std::vector<LayerDims> state_dims(const HParams& hp, const Weights& w);
 
 class State {
  public:
@@ -51,6 +77,26 @@ class State {
   // tokens (every MLA cache exactly n rows, the KDA states after token n); throws if they do not fit.
   void set_n_past(int64_t n);
 
+  // Taking back tokens (speculative decoding, src/spec). After keep_rows(n), every pass of at most
+  // n tokens of this sequence records what rewind() needs (KdaJournal; a longer pass records
+  // nothing); rewind(pos) then makes this the state after position pos - 1 of the last pass
+  // (n_past() - pass tokens < pos <= n_past()): KDA states bit for bit those a pass over just
+  // those tokens leaves, MLA and side rows past pos dropped. keep_rows(0) stops recording.
+  void keep_rows(int64_t n, KeepMode mode = KeepMode::Inputs);
+  int64_t kept_rows() const { return keep_; }
+  KeepMode keep_mode() const { return keep_mode_; }
+  // The journal of layer il for a pass of n tokens, or null when this pass records nothing.
+  KdaJournal* journal(uint32_t il, int64_t n) { return keep_ >= n ? &layers[il].journal : nullptr; }
+  void rewind(int64_t pos, ThreadPool& pool);
+
+  // Side rows: side_width() floats per position that another component keeps with this sequence
+  // (a draft model's context rows, src/spec), position-major. Their owner appends them; rewind()
+  // and reset() cut them with the MLA rows, copies and the prompt cache carry them.
+  void set_side_width(size_t w);
+  size_t side_width() const { return side_w_; }
+  int64_t side_rows() const { return side_w_ ? static_cast<int64_t>(side.size() / side_w_) : 0; }
+  std::vector<float> side;
+
   std::vector<LayerState> layers;
 
   // For tests: largest absolute difference over every state value (inf if shapes differ).
@@ -58,12 +104,13 @@ class State {
 
  private:
   friend class Model;
-  struct Dims {
-    size_t conv = 0, rec = 0, kv_row = 0;  // floats
-  };
-  std::vector<Dims> dims_;  // per layer (zeros: a layer another process holds)
+  std::vector<LayerDims> dims_;  // per layer (zeros: a layer another process holds)
   int64_t n_ctx_;
   int64_t n_past_ = 0;
+  int64_t pass_ = 0;  // tokens of the last pass (Model::forward), for rewind()
+  int64_t keep_ = 0;
+  KeepMode keep_mode_ = KeepMode::Inputs;
+  size_t side_w_ = 0;
   StateMirror* mirror_ = nullptr;
   uint64_t id_ = 0;
 };

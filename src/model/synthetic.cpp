@@ -11,6 +11,7 @@
 #include "model/synth_vocab.h"
 #include "tensor/fp16.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 #include "tensor/threadpool.h"
 #include "tokenizer/vocab.h"
 
@@ -139,7 +140,10 @@ void encode_rows(GgmlType type, const float* f, int64_t nr, int64_t ne0, std::ve
     auto* d = reinterpret_cast<uint16_t*>(out.data());
     for (int64_t j = 0; j < n; ++j) d[j] = type == GgmlType::F16 ? fp32_to_fp16(f[j]) : fp32_to_bf16(f[j]);
   } else {
-    quantize_rows(type, f, out.data(), nr, ne0, nullptr);
+    // Random weights have no activations to weigh them by: where ggml's quantizer needs an
+    // importance matrix (IQ2_XXS, IQ2_XS, IQ1_S), every column weighs the same.
+    const std::vector<float> flat(ref::requires_imatrix(type) ? ne0 : 0, 1.0f);
+    quantize_rows(type, f, out.data(), nr, ne0, flat.empty() ? nullptr : flat.data());
   }
 }
 

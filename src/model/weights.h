@@ -12,13 +12,15 @@
 namespace k3::model {
 
 // A weight as this process holds it: the whole tensor, or the share the loader cut for it
-// (placement.h; ne then counts the share, info still describes the whole tensor).
+// (placement.h; ne then counts the share; info describes the file's tensor: the whole one, or the
+// share itself in a file of one process's share).
 struct Tensor {
   const gguf::TensorInfo* info = nullptr;
   GgmlType type = GgmlType::F32;
   const uint8_t* data = nullptr;
   int64_t ne[4] = {1, 1, 1, 1};
   int64_t first = 0;  // index of the first held element of the cut axis (the first vocabulary row, ...)
+  int64_t rows = 0;   // ne1 of the whole weight (0: ne[1])
   size_t nb2 = 0;     // bytes between the matrices of a 3-D stack (0: ne1 rows; more when rows are cut)
 
   explicit operator bool() const { return data != nullptr; }
@@ -29,7 +31,7 @@ struct Tensor {
     return WeightView{type, data + static_cast<size_t>(e) * mat_stride(), ne[0], ne[1], row_bytes()};
   }
   // Rows (ne1) of the whole weight: the F16 rule depends on the whole shape (ops.h).
-  int64_t whole_rows() const { return info ? info->ne[1] : ne[1]; }
+  int64_t whole_rows() const { return rows ? rows : ne[1]; }
   // Bytes this process holds.
   size_t bytes() const { return static_cast<size_t>(ne[1] * ne[2] * ne[3]) * row_bytes(); }
   const float* f32() const { return reinterpret_cast<const float*>(data); }  // only for F32 tensors

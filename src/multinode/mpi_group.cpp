@@ -35,10 +35,9 @@ MpiGroup::MpiGroup(int pp) {
   if (pp < 1 || world_size_ % pp != 0)
     fail("--pp %d: the %d processes do not make %d stages of equal size (start a multiple of %d with mpirun -np)",
          pp, world_size_, pp, pp);
-  const int tp = world_size_ / pp;
-  place_ = {world_rank_ % tp, tp, world_rank_ / tp, pp};
+  place_ = model::placement_of(world_rank_, world_size_, pp);
   MPI_Comm_split(MPI_COMM_WORLD, place_.stage, world_rank_, &tp_comm_);
-  counts_.resize(tp), displs_.resize(tp);
+  counts_.resize(place_.tp_size), displs_.resize(place_.tp_size);
 }
 
 MpiGroup::~MpiGroup() {
@@ -98,23 +97,30 @@ void MpiGroup::bcast(std::vector<int64_t>& w, bool count) {
   if (!count) cnt_ = before;
 }
 
+std::vector<int64_t> MpiGroup::take_ops() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return std::exchange(ops_, {});
+}
+
+void MpiGroup::queue(OpKind kind, std::span<const int64_t> payload) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ops_.insert(ops_.end(), {static_cast<int64_t>(kind), static_cast<int64_t>(payload.size())});
+  ops_.insert(ops_.end(), payload.begin(), payload.end());
+}
+
 void MpiGroup::announce(std::span<const model::Segment> batch, const model::RunOptions& opt, int64_t n_embd) {
   if (world_rank_ != 0 || world_size_ == 1) return;
-  std::vector<Message::StateOp> ops;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ops.swap(state_ops_);
-  }
+  const std::vector<int64_t> ops = take_ops();
   int64_t n_ids = 0, n_rows = 0, n_values = 0;
   for (const model::Segment& s : batch) {
     n_ids += s.n, n_rows += static_cast<int64_t>(s.rows.size());
     for (const model::InputRows& r : s.rows) n_values += r.n * n_embd;
   }
   row_data_.clear();
-  std::vector<int64_t>& w = words_;  // [length, op, f16 rule, counts..., state ops, segments, rows, ids]
+  std::vector<int64_t>& w = words_;  // [length, op, f16 rule, counts..., operations, segments, rows, ids]
   w.assign({0, static_cast<int64_t>(Op::Pass), static_cast<int64_t>(opt.f16_rule), static_cast<int64_t>(ops.size()),
             static_cast<int64_t>(batch.size()), n_rows, n_ids, n_values});
-  for (const auto& o : ops) w.insert(w.end(), {o.kind, o.a, o.b});
+  w.insert(w.end(), ops.begin(), ops.end());
   for (const model::Segment& s : batch)
     w.insert(w.end(), {static_cast<int64_t>(s.state->id()), s.state->n_ctx(), s.state->n_past(), s.n,
                        static_cast<int64_t>(s.want)});
@@ -135,9 +141,32 @@ void MpiGroup::announce(std::span<const model::Segment> batch, const model::RunO
   add_time(t0);
 }
 
+bool MpiGroup::send_ops(bool asked) {
+  const std::vector<int64_t> ops = take_ops();
+  std::vector<int64_t> w = {0, static_cast<int64_t>(Op::Cache), asked, static_cast<int64_t>(ops.size())};
+  w.insert(w.end(), ops.begin(), ops.end());
+  w[0] = static_cast<int64_t>(w.size()) - 1;
+  bcast(w, false);
+  int ok = 1, all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
 void MpiGroup::send(Op op) {
+  bool pending;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending = !ops_.empty();
+  }
+  if (pending) send_ops(false);  // before Stats and Quit: the others' prompt-cache files are complete
   std::vector<int64_t> w = {1, static_cast<int64_t>(op)};
   bcast(w, false);
+}
+
+bool MpiGroup::answer(bool ok) {
+  int mine = ok, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
 }
 
 void MpiGroup::receive(Message& m) {
@@ -147,26 +176,29 @@ void MpiGroup::receive(Message& m) {
   MPI_Ibcast(w.data(), kInlineWords, MPI_INT64_T, 0, MPI_COMM_WORLD, &r);
   wait(r, true);  // waiting for the leader is not communication time
   const size_t total = static_cast<size_t>(w[0]) + 1;
-  if (static_cast<Op>(w[1]) != Op::Pass) {
-    m.op = static_cast<Op>(w[1]);
-    return;
-  }
-  ++cnt_.messages;
-  cnt_.bytes += kInlineWords * 8;
+  m.op = static_cast<Op>(w[1]);
+  if (m.op != Op::Pass && m.op != Op::Cache) return;
+  const bool pass = m.op == Op::Pass;
+  if (pass) ++cnt_.messages, cnt_.bytes += kInlineWords * 8;
   if (total > static_cast<size_t>(kInlineWords)) {
     w.resize(total);
     const auto t1 = Clock::now();
     MPI_Ibcast(w.data() + kInlineWords, as_count(total - kInlineWords, "pass"), MPI_INT64_T, 0, MPI_COMM_WORLD, &r);
     wait(r, false);
-    add_time(t1);
-    cnt_.bytes += (total - kInlineWords) * 8;
+    if (pass) add_time(t1), cnt_.bytes += (total - kInlineWords) * 8;
   }
-  size_t i = 1;
-  m.op = static_cast<Op>(w[i++]);
-  m.state_ops.clear(), m.segs.clear(), m.rows.clear(), m.ids.clear();
+  size_t i = 2;
+  m.segs.clear(), m.rows.clear(), m.ids.clear(), m.row_data.clear();
+  if (!pass) {
+    m.asked = w[i++] != 0;
+    const int64_t n_ops = w[i++];
+    m.ops.assign(w.begin() + static_cast<std::ptrdiff_t>(i), w.begin() + static_cast<std::ptrdiff_t>(i + n_ops));
+    return;
+  }
   m.f16_rule = w[i++];
   const int64_t n_ops = w[i++], n_seg = w[i++], n_rows = w[i++], n_ids = w[i++], n_values = w[i++];
-  for (int64_t k = 0; k < n_ops; ++k, i += 3) m.state_ops.push_back({w[i], w[i + 1], w[i + 2]});
+  m.ops.assign(w.begin() + static_cast<std::ptrdiff_t>(i), w.begin() + static_cast<std::ptrdiff_t>(i + n_ops));
+  i += static_cast<size_t>(n_ops);
   for (int64_t k = 0; k < n_seg; ++k, i += 5) m.segs.push_back({w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4]});
   for (int64_t k = 0; k < n_rows; ++k, i += 3) m.rows.push_back({w[i], w[i + 1], w[i + 2]});
   for (int64_t k = 0; k < n_ids; ++k) m.ids.push_back(static_cast<int32_t>(w[i++]));
@@ -180,53 +212,65 @@ void MpiGroup::receive(Message& m) {
   cnt_.bytes += m.row_data.size() * sizeof(float);
 }
 
-uint64_t MpiGroup::created() {
+uint64_t MpiGroup::new_id() {
   std::lock_guard<std::mutex> lk(mu_);
   return next_id_++;
 }
 
 void MpiGroup::copied(uint64_t from, uint64_t to) {
-  std::lock_guard<std::mutex> lk(mu_);
-  state_ops_.push_back({1, static_cast<int64_t>(from), static_cast<int64_t>(to)});
+  const int64_t v[2] = {static_cast<int64_t>(from), static_cast<int64_t>(to)};
+  queue(OpKind::CopyState, v);
 }
 
 void MpiGroup::dropped(uint64_t id) {
-  std::lock_guard<std::mutex> lk(mu_);
-  state_ops_.push_back({2, static_cast<int64_t>(id), 0});
+  const int64_t v[1] = {static_cast<int64_t>(id)};
+  queue(OpKind::DropState, v);
+}
+
+void MpiGroup::post(std::vector<int64_t> op) { queue(OpKind::Cache, op); }
+
+bool MpiGroup::ask(std::vector<int64_t> op) {
+  queue(OpKind::Cache, op);
+  return send_ops(true);
 }
 
 // ---- slices ----
 
+// In bytes: a part's rows are floats, or blocks of an activation format that no share splits.
 void MpiGroup::gather(std::span<const model::Slice> parts, int64_t T) {
   const int N = place_.tp_size, me = place_.tp_rank;
   if (N == 1 || parts.empty() || T <= 0) return;
   size_t total = 0;
   for (int r = 0; r < N; ++r) {
     size_t n = 0;
-    for (const model::Slice& p : parts)
-      n += static_cast<size_t>(T) * (share(p.full, p.unit, r + 1) - share(p.full, p.unit, r));
+    for (const model::Slice& p : parts) {
+      const int64_t b = share(p.full, p.unit, r), e = share(p.full, p.unit, r + 1);
+      K3_ASSERT(b % type_info(p.type).block == 0);
+      n += static_cast<size_t>(T) * p.bytes(e - b);
+    }
     counts_[r] = as_count(n, "gather");
     displs_[r] = as_count(total, "gather");
     total += n;
   }
   for (const model::Slice& p : parts) K3_ASSERT(p.local == share(p.full, p.unit, me + 1) - share(p.full, p.unit, me));
-  const float* send = parts[0].data;
+  const void* send = parts[0].data;
   if (parts.size() > 1) {
-    pack_.resize(counts_[me]);
-    float* o = pack_.data();
-    for (const model::Slice& p : parts) o = std::copy_n(p.data, T * p.local, o);
-    send = pack_.data();
+    gpack_.resize(counts_[me]);
+    uint8_t* o = gpack_.data();
+    for (const model::Slice& p : parts) o = std::copy_n(static_cast<const uint8_t*>(p.data), T * p.bytes(p.local), o);
+    send = gpack_.data();
   }
-  buf_.resize(total);
+  gbuf_.resize(total);
   const auto t0 = Clock::now();
-  MPI_Allgatherv(send, counts_[me], MPI_FLOAT, buf_.data(), counts_.data(), displs_.data(), MPI_FLOAT, tp_comm_);
+  MPI_Allgatherv(send, counts_[me], MPI_BYTE, gbuf_.data(), counts_.data(), displs_.data(), MPI_BYTE, tp_comm_);
   add_time(t0);
-  cnt_.bytes += (total - counts_[me]) * sizeof(float);
+  cnt_.bytes += total - counts_[me];
   for (int r = 0; r < N; ++r) {
-    const float* src = buf_.data() + displs_[r];
+    const uint8_t* src = gbuf_.data() + displs_[r];
     for (const model::Slice& p : parts) {
-      const int64_t b = share(p.full, p.unit, r), n = share(p.full, p.unit, r + 1) - b;
-      for (int64_t t = 0; t < T; ++t) std::copy_n(src + t * n, n, p.data + t * p.full + b);
+      const int64_t b = share(p.full, p.unit, r), e = share(p.full, p.unit, r + 1);
+      const size_t n = p.bytes(e - b), row = p.bytes(p.full), at = p.bytes(b);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(src + t * n, n, static_cast<uint8_t*>(p.data) + t * row + at);
       src += T * n;
     }
   }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/peers.h"
 #include "model/attnres.h"
 #include "model/group.h"
 #include "model/model.h"
@@ -21,23 +22,25 @@
 
 namespace k3::multinode {
 
-// What the leader sends the others, as int64 words: a header, the state operations since the last
-// message (copies and ends of states), each segment (state id, context, position, tokens, logits
-// wanted), the input rows' places, the token ids; then, if there are input rows, their values.
-enum class Op : int64_t { Pass = 1, Stats = 2, Quit = 3 };
+// What the leader sends the others, as int64 words: a header, the operations since the last
+// message (copies and ends of states, the prompt cache's: cache/peers.h), each segment (state id,
+// context, position, tokens, logits wanted), the input rows' places, the token ids; then, if there
+// are input rows, their values. A Cache message carries operations only, and every process answers
+// whether the last one (when asked) succeeded.
+enum class Op : int64_t { Pass = 1, Stats = 2, Quit = 3, Cache = 4 };
+// Operations: [kind, words, payload...]
+enum class OpKind : int64_t { CopyState = 1, DropState = 2, Cache = 3 };
 struct Message {
   Op op = Op::Quit;
   int64_t f16_rule = 0;
-  struct StateOp {
-    int64_t kind, a, b;  // kind 1: copy a -> b; 2: drop a
-  };
+  bool asked = false;  // Cache: the last operation is asked (cache::Peers::ask)
   struct Seg {
     int64_t id, n_ctx, n_past, n, want;
   };
   struct Rows {
     int64_t seg, at, n;  // model::InputRows of segment `seg`, its values next in row_data
   };
-  std::vector<StateOp> state_ops;
+  std::vector<int64_t> ops;
   std::vector<Seg> segs;
   std::vector<Rows> rows;
   std::vector<int32_t> ids;
@@ -49,7 +52,7 @@ struct Counters {
   double seconds = 0;
 };
 
-class MpiGroup final : public model::Group, public model::StateMirror {
+class MpiGroup final : public model::Group, public model::StateMirror, public cache::Peers {
  public:
   explicit MpiGroup(int pp);  // every process of MPI_COMM_WORLD; throws naming a bad --pp
   ~MpiGroup() override;
@@ -67,14 +70,21 @@ class MpiGroup final : public model::Group, public model::StateMirror {
   [[noreturn]] void abort(const char* what) override;
 
   // model::StateMirror (the leader's states)
-  uint64_t created() override;
+  uint64_t created() override { return new_id(); }
   void copied(uint64_t from, uint64_t to) override;
   void dropped(uint64_t id) override;
 
-  // The leader: a message with no pass (Stats, Quit). The others: the next message, waiting with
-  // little CPU (a server may be idle for hours).
+  // cache::Peers (the leader's prompt cache)
+  uint64_t new_id() override;
+  void post(std::vector<int64_t> op) override;
+  bool ask(std::vector<int64_t> op) override;
+
+  // The leader: a message with no pass (Stats, Quit; the queued operations go first). The others:
+  // the next message, waiting with little CPU (a server may be idle for hours).
   void send(Op op);
   void receive(Message& m);
+  // The others: whether every process carried out a Cache message (`ok`: this one did).
+  bool answer(bool ok);
   // Everyone: the values of every process at the leader (world order).
   std::vector<uint64_t> gather_u64(const std::vector<uint64_t>& mine);
   // Everyone: whether `value` is the same on every process; `all` receives each one's (world order).
@@ -96,6 +106,7 @@ class MpiGroup final : public model::Group, public model::StateMirror {
   MPI_Comm tp_comm_ = MPI_COMM_NULL;
   Counters cnt_;
   std::vector<float> buf_, pack_;
+  std::vector<uint8_t> gbuf_, gpack_;  // gather()'s, in bytes
   std::vector<int> counts_, displs_;
   std::vector<int64_t> words_;
   std::vector<float> row_data_;  // the leader's input rows of a pass
@@ -104,9 +115,13 @@ class MpiGroup final : public model::Group, public model::StateMirror {
     std::vector<float> data;
   };
   std::deque<Pending> sends_;
-  std::mutex mu_;  // the state operations below, queued from any thread
+  void queue(OpKind kind, std::span<const int64_t> payload);
+  std::vector<int64_t> take_ops();
+  bool send_ops(bool asked);  // a Cache message with the queued operations
+
+  std::mutex mu_;  // the operations below, queued from any thread
   uint64_t next_id_ = 1;
-  std::vector<Message::StateOp> state_ops_;
+  std::vector<int64_t> ops_;
 };
 
 }  // namespace k3::multinode

@@ -16,6 +16,10 @@
 
 #include "model/model.h"
 
+namespace k3::cache {
+class Peers;
+}
+
 namespace k3::multinode {
 
 // Joins the MPI job when k3 was started by mpirun (MPI initialised, the others' stdout silenced);
@@ -41,6 +45,10 @@ std::unique_ptr<model::Model> load(const std::string& path, int pp = 1);
 
 // Every process waits here for the others (nothing alone): the leader does a step first.
 void sync();
+
+// The leader's channel for its prompt cache (each process keeps its share of every cached state:
+// cache/peers.h); null alone and on the others.
+cache::Peers* cache_peers();
 
 // A process other than the leader: runs the leader's passes until it finishes; returns the
 // command's exit status.

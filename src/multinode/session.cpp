@@ -1,11 +1,11 @@
-#include <xxhash.h>
-
 #include <map>
 #include <tuple>
 
+#include "cache/peers.h"
 #include "common/error.h"
 #include "common/sysmem.h"
 #include "multinode/multinode.h"
+#include "multinode/share_files.h"
 #include "multinode/world.h"
 #include "model/registry.h"
 #include "tensor/kernels.h"
@@ -21,24 +21,6 @@ std::pair<uint64_t, uint64_t> rss_bytes() {
 }
 
 #if K3_HAVE_MPI
-// What identifies a model file: its parts' sizes and headers, and the first and last 64 KiB of
-// each data blob (a file written with other weights but the same header differs there).
-std::string fingerprint(const gguf::Model& file) {
-  XXH64_state_t* h = XXH64_createState();
-  XXH64_reset(h, 0);
-  for (const auto& f : file.files()) {
-    const uint64_t size = f->size(), data = f->data_offset();
-    XXH64_update(h, &size, sizeof size);
-    XXH64_update(h, f->base(), data);
-    const uint64_t n = std::min<uint64_t>(size - data, 65536);
-    XXH64_update(h, f->base() + data, n);
-    XXH64_update(h, f->base() + size - n, n);
-  }
-  const uint64_t v = XXH64_digest(h);
-  XXH64_freeState(h);
-  return strprintf("%016llx", static_cast<unsigned long long>(v));
-}
-
 // Fails on every process when the processes disagree on `value`, naming who has what (`shown`).
 void require_same(const char* what, const std::string& value, const std::string& shown, const std::string& hint) {
   World& g = world();
@@ -62,9 +44,11 @@ std::unique_ptr<model::Model> load(const std::string& path, int pp) {
     const std::string build = strprintf("k3 built %s %s, kernels %s", __DATE__, __TIME__, isa_name(active_isa()));
     require_same("k3 builds and kernels (their results must agree bit for bit)", build, build,
                  "(start every process with the same k3 and K3_ISA on CPUs with the same instruction sets)");
-    auto m = model::Model::load(path, g.group.get());
-    const std::string fp = fingerprint(m->file());
-    require_same("model files", fp, path + " (" + fp + ")", "(every process must open the same model file)");
+    const std::string mine = share_file_for(path, g.rank, g.size);
+    auto m = model::Model::load(mine, g.group.get());
+    const std::string fp = model_fingerprint(m->file());
+    require_same("model files", fp, mine + " (" + fp + ")",
+                 "(every process must open the same model file, or its share of it: k3 split --tp)");
     g.following = true;
     return m;
   }
@@ -78,6 +62,14 @@ int follow(const model::Model& m, const model::RunOptions& base) {
 #if K3_HAVE_MPI
   MpiGroup& grp = *world().group;
   std::map<uint64_t, std::unique_ptr<model::State>> states;  // the leader's, by its ids
+  // This process's part of the leader's state `id`, made when new (n_ctx > 0) or of another size.
+  auto state_of = [&](uint64_t id, int64_t n_ctx) -> model::State& {
+    auto& st = states[id];
+    if (n_ctx > 0 && (!st || st->n_ctx() != n_ctx)) st = std::make_unique<model::State>(m.new_state(n_ctx));
+    if (!st) fail("the leader's state %llu is unknown here", static_cast<unsigned long long>(id));
+    return *st;
+  };
+  std::unique_ptr<cache::Replica> replica;  // this process's share of the leader's prompt cache
   std::vector<std::vector<float>> logits;
   std::vector<std::vector<model::InputRows>> rows;  // per segment, into msg.row_data
   std::vector<model::Segment> batch;
@@ -91,15 +83,27 @@ int follow(const model::Model& m, const model::RunOptions& base) {
         stats(m);
         continue;
       }
-      for (const Message::StateOp& o : msg.state_ops) {
-        const uint64_t a = static_cast<uint64_t>(o.a), b = static_cast<uint64_t>(o.b);
-        if (o.kind == 2) {
+      bool ok = true;
+      for (size_t i = 0; i < msg.ops.size();) {
+        const auto kind = static_cast<OpKind>(msg.ops[i]);
+        const size_t n = static_cast<size_t>(msg.ops[i + 1]);
+        const std::span<const int64_t> v(msg.ops.data() + i + 2, n);
+        i += 2 + n;
+        const uint64_t a = static_cast<uint64_t>(v[0]);
+        if (kind == OpKind::DropState) {
           states.erase(a);
-        } else if (auto it = states.find(a); it != states.end()) {
-          states[b] = std::make_unique<model::State>(*it->second);
+        } else if (kind == OpKind::CopyState) {
+          const uint64_t b = static_cast<uint64_t>(v[1]);
+          if (auto it = states.find(a); it != states.end()) states[b] = std::make_unique<model::State>(*it->second);
+          else states.erase(b);  // a copy of a state never run: fresh, made at its first pass
         } else {
-          states.erase(b);  // a copy of a state never run: fresh, made at its first pass
+          if (!replica) replica = std::make_unique<cache::Replica>(m, grp.world_rank(), state_of);
+          ok = replica->apply(v, msg.asked && i == msg.ops.size()) && ok;
         }
+      }
+      if (msg.op == Op::Cache) {
+        grp.answer(ok);
+        continue;
       }
       batch.clear();
       logits.resize(std::max(logits.size(), msg.segs.size()));
@@ -135,6 +139,13 @@ int follow(const model::Model& m, const model::RunOptions& base) {
   (void)m, (void)base;
   return 0;
 #endif
+}
+
+cache::Peers* cache_peers() {
+#if K3_HAVE_MPI
+  if (World& g = world(); g.mpi && g.rank == 0) return g.group.get();
+#endif
+  return nullptr;
 }
 
 std::vector<RankStats> stats(const model::Model& m) {

@@ -8,6 +8,7 @@
 
 #include "model/hparams.h"
 #include "model/placement.h"
+#include "tensor/types.h"
 
 namespace k3::multinode {
 
@@ -21,7 +22,15 @@ struct Traffic {
   double bytes() const { return group_bytes + p2p_bytes + world_bytes; }
 };
 
+// The formats the products fed by exchanged block outputs take their input in (model/group.h,
+// exchange_format): the trunk's matrices (attn_output, ffn_down, down_shexp) and the routed
+// experts' (z into gate/up, the hidden rows into down). F32: they travel as floats.
+struct InputFormats {
+  GgmlType trunk = GgmlType::F32, experts = GgmlType::F32;
+};
+
 // For the process at `where`; `leader`: it is world rank 0.
-Traffic decode_traffic(const model::HParams& hp, const model::Placement& where, bool leader);
+Traffic decode_traffic(const model::HParams& hp, const model::Placement& where, bool leader,
+                       const InputFormats& formats = {});
 
 }  // namespace k3::multinode

@@ -11,6 +11,7 @@
 #include "gguf/writer.h"
 #include "quantize/fast_kquants.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 #include "tensor/threadpool.h"
 
 namespace k3::quant {
@@ -182,6 +183,13 @@ std::vector<std::string> output_paths(const gguf::Model& in, const Plan& plan, c
 }
 
 Report quantize_model(const gguf::Model& in, const Plan& plan, const std::string& out, const Options& opt) {
+  // ggml's rule (ggml_quantize_requires_imatrix), checked before anything is written.
+  for (const TensorPlan& tp : plan.tensors) {
+    if (tp.copy() || !ref::requires_imatrix(tp.type) || (opt.imatrix && opt.imatrix->find(tp.src->name))) continue;
+    const std::string missing = opt.imatrix ? " (" + opt.imatrix->path + " has no entry for it)" : "";
+    fail("tensor '%s': %s needs an importance matrix%s: make one with k3 imatrix -m MODEL -f TEXT -o IMATRIX.gguf and "
+         "quantize with --imatrix IMATRIX.gguf", tp.src->name.c_str(), type_name(tp.type), missing.c_str());
+  }
   const auto t_start = std::chrono::steady_clock::now();
   const double c_start = cpu_seconds();
   const std::vector<std::vector<size_t>> parts = part_layout(in, plan, opt);

@@ -3,11 +3,13 @@
 // and the block-size fallbacks of quant-formats.md §9.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/hparams.h"
 #include "tensor/types.h"
 
 namespace k3::quant {
@@ -31,6 +33,11 @@ struct Recipe {
 const std::vector<Recipe>& recipes();
 // By name, case-insensitive; throws k3::Error listing the valid names.
 const Recipe& recipe_by_name(const std::string& name);
+// The plain recipe of a type (its general.file_type), null if the type has none.
+const Recipe* plain_recipe(GgmlType t);
+// The base of a mix (--target-size, target_size.h, or --tensor-type-file alone): the K3 recipes' own
+// rules (attn_k_b / attn_v_b in BF16), every other matrix left to the sizing.
+Recipe sized_base_recipe();
 // A type the quantizer can write, by ggml name, case-insensitive ("q4_k", "Q8_0", "bf16");
 // throws k3::Error naming the flag and listing the valid names.
 GgmlType parse_out_type(const std::string& name, const char* what);
@@ -49,12 +56,14 @@ struct TensorPlan {
   GgmlType type = GgmlType::F32;  // output type
   TensorClass cls = TensorClass::KeepF32;
   std::string why;               // "keep f32", "default", "rule 'exps=q2_K'", "fallback q4_K -> q5_0 (ne0 128)"
+  enum class By : uint8_t { Kept, UserRule, RecipeRule, Recipe } by = By::Kept;  // what decided the type
   uint64_t out_bytes = 0;
   bool copy() const { return src->type == type; }  // bytes copied unchanged
 };
 
 struct Plan {
   std::vector<TensorPlan> tensors;  // input order
+  std::shared_ptr<const std::vector<gguf::TensorInfo>> owned;  // the tensors of a plan without a file
   std::vector<std::string> warnings;
   uint32_t file_type = 0;
   uint64_t in_bytes = 0, out_bytes = 0, n_elements = 0;
@@ -64,5 +73,10 @@ struct Plan {
 // (missing, unexpected or mis-shaped tensors are errors naming the tensor). A user rule that
 // matches no tensor, or only tensors kept in F32, is a warning.
 Plan make_plan(const gguf::Model& in, const Recipe& recipe, const std::vector<UserRule>& rules);
+// general.file_type of a mix: the plain type that holds most of the bytes.
+void set_mix_file_type(Plan& plan);
+// The same decisions for a model that exists only as hyperparameters (every tensor as the
+// converter writes it: MXFP4 routed experts, BF16 matrices, F32 vectors): sizes at K3's real shapes.
+Plan plan_for_shapes(const model::HParams& hp, const Recipe& recipe, const std::vector<UserRule>& rules);
 
 }  // namespace k3::quant

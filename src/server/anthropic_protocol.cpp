@@ -13,11 +13,11 @@ class Anthropic final : public ChatProtocol {
  public:
   explicit Anthropic(std::string model) : model_(std::move(model)) {}
 
-  void begin(int32_t n_prompt, SseEvents& out) override {
+  void begin(int32_t n_prompt, int32_t n_cached, SseEvents& out) override {
     json m = message(json::array(), nullptr, nullptr);
-    m["usage"] = {{"input_tokens", n_prompt},
+    m["usage"] = {{"input_tokens", n_prompt - n_cached},
                   {"cache_creation_input_tokens", 0},
-                  {"cache_read_input_tokens", 0},
+                  {"cache_read_input_tokens", n_cached},
                   {"output_tokens", 0}};
     out.push_back(sse_event("message_start", {{"type", "message_start"}, {"message", std::move(m)}}));
     idle(out);

@@ -1,6 +1,7 @@
 // POST /v1/messages and /v1/messages/count_tokens: an Anthropic Messages request, checked field by
 // field, converted to the internal conversation (ChatRequest). Mapping:
 //   system (string or text blocks)            -> a system message first
+//   messages of role system (the same)        -> a system message there
 //   user text and image blocks                -> user messages (in block order; image_url parts
 //                                                from base64 sources, url sources refused later)
 //   user tool_result blocks                   -> tool messages (tool_call_id = tool_use_id)
@@ -9,7 +10,9 @@
 //   tools {name, description, input_schema}   -> OpenAI functions {name, description, parameters}
 //   tool_choice auto / any / tool / none      -> auto / required / required / none
 //   thinking enabled / adaptive, disabled, absent -> K3 thinking on, off, off (Anthropic's default)
-//   output_config.effort                      -> thinking_effort (as reasoning_effort in chat)
+//   output_config.effort                      -> thinking_effort (as reasoning_effort in chat); a
+//                                                message's own (per-turn control) after the last
+//                                                assistant message overrides it
 #include <algorithm>
 #include <set>
 
@@ -180,7 +183,16 @@ struct Converter {
   }
 };
 
-json convert_messages(const Fields& f, const RequestLimits& lim) {
+// An Anthropic effort (no none or minimal) as the template's thinking_effort.
+void anthropic_effort(json& in, const std::string& effort, const std::string& param) {
+  if (effort == "none" || effort == "minimal")
+    bad_request(param, "'" + param + "' must be low, medium, high, xhigh or max, got '" + effort + "'");
+  apply_effort(in, effort, param);
+}
+
+// Per-turn control (beta): a message's output_config.effort after the last assistant message is
+// the effort of the turn to generate (`turn_effort`: the value and its field).
+json convert_messages(const Fields& f, const RequestLimits& lim, std::pair<std::string, std::string>& turn_effort) {
   const json& msgs = f.array("messages");
   if (msgs.empty()) bad_request("messages", "'messages' must not be empty");
   if (msgs.size() > lim.max_messages)
@@ -193,8 +205,18 @@ json convert_messages(const Fields& f, const RequestLimits& lim) {
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string p = at_index("messages", i);
     Fields m(msgs[i], p);
-    m.only({"role", "content"});
+    m.only({"role", "content", "output_config"});
     const std::string role = m.str("role", "", true);
+    if (role == "assistant") turn_effort = {};
+    if (m.has("output_config")) {
+      Fields oc(m.at("output_config"), p + ".output_config");
+      oc.only({"effort"});
+      if (oc.has("effort")) {
+        json checked;
+        anthropic_effort(checked, oc.str("effort", ""), oc.name("effort"));
+        turn_effort = {oc.str("effort", ""), oc.name("effort")};
+      }
+    }
     if (!m.has("content")) bad_request(p + ".content", "'" + p + ".content' is required");
     const json& c = m.at("content");
     if (!c.is_string() && !c.is_array())
@@ -206,10 +228,10 @@ json convert_messages(const Fields& f, const RequestLimits& lim) {
         bad_request(p, "'" + p + "' is an assistant message at the end (a prefill); continuing a partial answer is not "
                                  "supported");
       cv.assistant(m, p + ".content");
-    } else if (role == "system") {
-      bad_request(p + ".role", "'" + p + ".role' = 'system': give the system prompt in the top-level 'system' field");
+    } else if (role == "system") {  // a mid-conversation system message (Claude Code sends them)
+      cv.out.push_back({{"role", "system"}, {"content", text_of(m, "content", p + ".content", true)}});
     } else {
-      bad_request(p + ".role", "'" + p + ".role' = '" + role + "' is not a role (user or assistant)");
+      bad_request(p + ".role", "'" + p + ".role' = '" + role + "' is not a role (user, assistant or system)");
     }
   }
   return std::move(cv.out);
@@ -282,10 +304,7 @@ void convert_output_config(const Fields& f, json& in) {
   if (!f.has("output_config")) return;
   Fields oc(f.at("output_config"), "output_config");
   oc.only({"effort", "format"});
-  const std::string effort = oc.str("effort", "");
-  if (effort == "none" || effort == "minimal")
-    bad_request("output_config.effort", "'output_config.effort' must be low, medium, high, xhigh or max, got '" + effort + "'");
-  apply_effort(in, effort, "output_config.effort");
+  anthropic_effort(in, oc.str("effort", ""), "output_config.effort");
   if (oc.has("format")) {
     Fields fmt(oc.at("format"), "output_config.format");
     fmt.only({"type", "schema"});
@@ -327,12 +346,14 @@ ChatRequest parse_anthropic_request(const json& body, const RequestLimits& lim, 
   r.gen.canned = parse_canned(f, lim);
   const bool thinking = convert_thinking(f, count_only ? 0 : f.integer("max_tokens", 0, 1, INT64_MAX));
 
-  const json messages = convert_messages(f, lim);
+  std::pair<std::string, std::string> turn_effort;
+  const json messages = convert_messages(f, lim, turn_effort);
   r.tools = convert_tools(f);
   convert_tool_choice(f, r);
   json in = chat_template_inputs(messages, r);
   in["thinking"] = thinking;
   convert_output_config(f, in);
+  if (!turn_effort.second.empty()) anthropic_effort(in, turn_effort.first, turn_effort.second);
   r.template_inputs = std::move(in);
   return r;
 }

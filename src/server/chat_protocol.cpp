@@ -17,7 +17,7 @@ class OpenAIChat final : public ChatProtocol {
  public:
   OpenAIChat(std::string model, bool include_usage) : model_(std::move(model)), include_usage_(include_usage) {}
 
-  void begin(int32_t, SseEvents& out) override {
+  void begin(int32_t, int32_t, SseEvents& out) override {
     out.push_back(sse_event("", chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr)));
   }
 
@@ -82,7 +82,9 @@ class OpenAIChat final : public ChatProtocol {
                 {"prompt_ms", t.prompt_ms},
                 {"predicted_n", o.n_gen},
                 {"predicted_ms", t.gen_ms},
-                {"predicted_per_second", t.gen_ms > 0 ? 1000.0 * (o.n_gen - 1) / t.gen_ms : 0.0}};
+                {"predicted_per_second", t.gen_ms > 0 ? 1000.0 * (o.n_gen - 1) / t.gen_ms : 0.0},
+                {"draft_n", t.n_draft},
+                {"draft_n_accepted", t.n_draft_accepted}};
   }
   static const char* finish_reason(const ChatOutcome& o) {
     if (o.stop == ChatOutcome::Stop::Length) return "length";

@@ -5,7 +5,7 @@
 // detokenizer, stop strings, parser) is run by the route driver in routes_chat.cpp.
 //
 //   auto p = anthropic_protocol(model);           // one per request
-//   p->begin(n_prompt, ev);                       // streaming: the opening events
+//   p->begin(n_prompt, n_cached, ev);             // streaming: the opening events
 //   p->delta(parser.feed(text), ev);              // streaming and not, in order
 //   p->end(outcome, ev)   or   json body = p->body(outcome);
 #pragma once
@@ -47,8 +47,8 @@ struct ChatOutcome {
 class ChatProtocol {
  public:
   virtual ~ChatProtocol() = default;
-  // Streaming: the events before any output.
-  virtual void begin(int32_t n_prompt, SseEvents& out) = 0;
+  // Streaming: the events before any output; n_cached of the n_prompt tokens came from the cache.
+  virtual void begin(int32_t n_prompt, int32_t n_cached, SseEvents& out) = 0;
   // The next piece of parsed output. Called streaming or not: protocols that build their answer
   // from the pieces (so that both agree by construction) do it here.
   virtual void delta(const chat::ChatDelta& d, SseEvents& out) = 0;

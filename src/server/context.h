@@ -17,6 +17,7 @@
 #include "server/generation.h"
 #include "server/http_server.h"
 #include "server/requests.h"
+#include "server/test_script.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/vision.h"
@@ -47,8 +48,10 @@ struct ServerCtx {
   std::string template_origin;                    // built-in | gguf | file path
   std::unique_ptr<vision::Vision> vision;         // --mmproj
   int32_t media_pad = -1;                          // <|media_pad|> (-1: not in the vocabulary)
+  std::unique_ptr<spec::DraftModel> draft;       // -md (DSpark speculative decoding)
   std::unique_ptr<cache::PrefixCache> cache;      // null with --cache-ram 0
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<TestScript> script;             // --test-script
   RequestLimits limits;
   std::string model_id;
   int64_t created = 0;      // unix time the server started
@@ -74,7 +77,10 @@ void handle_slot_action(ServerCtx& c, const Request& req, Response& res);  // PO
 void reply_json(Response& res, const json& j, int status = 200);
 // The prompt must leave room for at least one generated token (400 otherwise).
 void check_context(const ServerCtx& c, size_t n_prompt, const char* param);
-GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g);
+// The engine's request. Its output is forced by k3_canned, else by the next --test-script entry
+// (written after the generation prompt of chat_inputs, a chat request's template inputs), else sampled.
+GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g,
+                            const json* chat_inputs = nullptr);
 // The rendered prompt of a chat request, tokenized, with its images (image_url parts with data
 // URLs; each <|media_pad|> expanded to the image's rows). A template error or a bad image is a 400
 // naming r.prompt_param or the image's part. text receives the rendering.

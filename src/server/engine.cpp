@@ -100,6 +100,7 @@ class TokenSource {
     if (!r_.forced) return sampler_.sample(logits, n_vocab);
     return i_ < r_.forced_ids.size() ? r_.forced_ids[i_++] : -1;
   }
+  model::Sampler& sampler() { return sampler_; }
 
  private:
   const GenRequest& r_;
@@ -117,6 +118,7 @@ struct Engine::Slot {
   std::vector<int32_t> fed;  // every token in `state`, to rebuild it after a failed batch
   std::vector<model::InputRows> rows;  // the images' rows for this step's prompt chunk
   std::unique_ptr<cache::Sequence> seq;  // with a prompt cache
+  std::unique_ptr<spec::Speculator> sp;  // speculative decoding (forced requests: plain steps through it)
   bool fresh = false;        // admitted, not started
   size_t cached = 0;         // prompt tokens restored
   std::vector<int32_t> done;  // the last request's tokens (SlotInfo::last)
@@ -124,12 +126,13 @@ struct Engine::Slot {
 };
 
 Engine::Engine(const model::Model& m, const tok::Tokenizer& tok, const EngineOptions& o)
-    : m_(m), tok_(tok), o_(o), pool_(std::max(1, o.threads)) {
+    : m_(m), tok_(tok), o_(o), pool_(std::max(1, o.threads)), drafting_(m, o.draft, o.spec, pool_) {
   if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
   if (o_.n_batch < 1) fail("n_batch must be >= 1");
   for (int i = 0; i < o_.parallel; ++i) {
     auto s = std::make_unique<Slot>();
     s->state = std::make_unique<model::State>(m_.new_state(o_.n_ctx));
+    if (o_.draft) s->state->set_side_width(o_.draft->side_width());  // every slot keeps the draft's rows
     s->fed.reserve(static_cast<size_t>(o_.n_ctx));
     slots_.push_back(std::move(s));
   }
@@ -221,6 +224,17 @@ void Engine::set_last(int slot, std::vector<int32_t> ids) {
   slots_[static_cast<size_t>(slot)]->done = std::move(ids);
 }
 
+void Engine::exclusive(const std::function<void()>& fn) {
+  std::future<void> done;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    jobs_.emplace_back(fn);
+    done = jobs_.back().get_future();
+  }
+  cv_.notify_all();
+  done.get();
+}
+
 void Engine::loop() {
   bool worked = false;
   for (;;) {
@@ -233,7 +247,15 @@ void Engine::loop() {
         lk.lock();
         worked = false;
       }
-      cv_.wait(lk, [&] { return stop_ || active_ > 0 || !queue_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || active_ > 0 || !queue_.empty() || !jobs_.empty(); });
+      while (!jobs_.empty()) {
+        std::packaged_task<void()> job = std::move(jobs_.front());
+        jobs_.pop_front();
+        lk.unlock();
+        job();
+        lk.lock();
+      }
+      if (active_ == 0 && queue_.empty() && !stop_) continue;
       worked = true;
       if (stop_ && active_ == 0 && queue_.empty()) return;
       // Admit waiting tasks into free slots (dropping those cancelled while queued).
@@ -248,6 +270,7 @@ void Engine::loop() {
           }
           s->task = std::move(t);
           s->src = std::make_unique<TokenSource>(s->task->request());
+          if (drafting_.enabled()) s->sp = std::make_unique<spec::Speculator>(drafting_, *s->state);
           s->pos = 0;
           s->last = -1;
           s->fresh = true;
@@ -257,9 +280,7 @@ void Engine::loop() {
             std::lock_guard<std::mutex> tl(s->task->mu_);
             s->task->times_.queued_ms = ms_between(s->task->t_submit_, s->task->t_start_);
             s->task->times_.n_prompt = static_cast<int32_t>(s->task->request().prompt.size());
-            s->task->started_ = true;
           }
-          s->task->cv_.notify_all();
           ++active_;
         }
       }
@@ -286,7 +307,17 @@ void Engine::step() {
       prefill.push_back(&s);
       continue;
     }
-    batch.push_back({s.state.get(), &s.last, 1, model::Logits::Last, &s.logits});
+    if (s.sp) {  // [anchor, drafts]: one row per token the step may emit
+      const GenRequest& r = s.task->request();
+      const int64_t budget = r.forced ? 1
+                                      : std::min<int64_t>(r.max_tokens - s.task->times_.n_gen,
+                                                          s.state->n_ctx() - s.state->n_past());
+      const std::vector<int32_t>& ids = s.sp->plan(budget);
+      const int64_t n = static_cast<int64_t>(ids.size());
+      batch.push_back({s.state.get(), ids.data(), n, n > 1 ? model::Logits::All : model::Logits::Last, &s.logits});
+    } else {
+      batch.push_back({s.state.get(), &s.last, 1, model::Logits::Last, &s.logits});
+    }
     seqs.push_back(&s);
   }
   std::stable_sort(prefill.begin(), prefill.end(),
@@ -314,8 +345,9 @@ void Engine::step() {
     st_.batch_sequences += static_cast<long long>(batch.size());
     for (const model::Segment& seg : batch) st_.batch_tokens += seg.n;
   }
-  model::RunOptions opt{&pool_, o_.f16_rule, nullptr};
+  model::RunOptions opt{&pool_, o_.f16_rule, drafting_.taps()};
   opt.experts = o_.experts;
+  const auto t0 = Clock::now();
   try {
     m_.forward(batch, opt);
   } catch (const model::SegmentError& e) {
@@ -325,7 +357,13 @@ void Engine::step() {
     if (seqs.size() == 1) return release(*seqs[0], Finish::Error, e.what());
     return retry_alone(seqs, batch, opt);
   }
-  for (size_t i = 0; i < seqs.size(); ++i) advance(*seqs[i], batch[i]);
+  if (seqs.size() == 1 && seqs[0]->sp && seqs[0]->pos >= seqs[0]->task->request().prompt.size())
+    drafting_.timed(batch[0].n, ms_between(t0, Clock::now()) / 1000.0);  // the verify cost by rows (§13)
+  int64_t row0 = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    advance(*seqs[i], batch[i], row0);
+    row0 += batch[i].n;
+  }
 }
 
 // A failure inside a batched pass (an expert that cannot be read) leaves every state of the batch
@@ -345,12 +383,13 @@ void Engine::retry_alone(const std::vector<Slot*>& seqs, const std::vector<model
                                     nullptr, rows};
         m_.forward(std::span<const model::Segment>(&replay, 1), opt);
       }
+      if (s.sp) s.sp->rebuilt(opt.trace ? drafting_.taps()->row(0) : nullptr);
       m_.forward(std::span<const model::Segment>(&batch[i], 1), opt);
     } catch (const std::exception& e) {
       release(s, Finish::Error, e.what());
       continue;
     }
-    advance(s, batch[i]);
+    advance(s, batch[i], 0);
   }
 }
 
@@ -384,10 +423,13 @@ void Engine::start(Slot& s) {
   }
   s.cached = s.pos;
   s.fed.assign(r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos));
+  if (s.sp) s.sp->prompt(s.fed, nullptr);  // the cache restored the draft's rows with the state
   {
     std::lock_guard<std::mutex> tl(s.task->mu_);
     s.task->times_.n_cached = static_cast<int32_t>(s.pos);
+    s.task->started_ = true;  // with its cached part known (an Anthropic stream's first event reports it)
   }
+  s.task->cv_.notify_all();
   if (s.pos == r.prompt.size()) {
     const auto now = Clock::now();
     {
@@ -399,12 +441,14 @@ void Engine::start(Slot& s) {
   }
 }
 
-void Engine::advance(Slot& s, const model::Segment& seg) {
+void Engine::advance(Slot& s, const model::Segment& seg, int64_t row0) {
   Task& t = *s.task;
   const GenRequest& r = t.request();
+  if (s.sp && s.pos >= r.prompt.size()) return verify(s, row0);
   s.fed.insert(s.fed.end(), seg.ids, seg.ids + seg.n);
   try {
     if (s.pos < r.prompt.size()) {
+      if (s.sp) s.sp->prompt({seg.ids, static_cast<size_t>(seg.n)}, drafting_.taps() ? drafting_.taps()->row(row0) : nullptr);
       s.pos += static_cast<size_t>(seg.n);
       if (seg.want == model::Logits::None) return;
       if (s.seq) s.seq->reached(static_cast<int64_t>(s.pos), *s.state, s.logits);
@@ -425,6 +469,7 @@ void Engine::sample(Slot& s) {
   const GenRequest& r = t.request();
   try {
     const int32_t id = s.src->next(s.logits.data(), m_.n_vocab());
+    if (s.sp) s.sp->first(id);  // later tokens come from verify()
     if (r.keep_logits) {
       std::lock_guard<std::mutex> tl(t.mu_);
       t.logits_.push_back(s.logits);
@@ -434,6 +479,52 @@ void Engine::sample(Slot& s) {
     s.last = id;
     if (t.times_.n_gen >= r.max_tokens) return release(s, Finish::Length);
     if (s.state->n_past() >= s.state->n_ctx()) return release(s, Finish::Context);
+  } catch (const std::exception& e) {
+    release(s, Finish::Error, e.what());
+  }
+}
+
+// A speculative step: the candidates (accepted drafts, then the target's token) are emitted one by
+// one with plain decoding's stop rules; the state keeps the rows of the emitted ones.
+void Engine::verify(Slot& s, int64_t row0) {
+  Task& t = *s.task;
+  const GenRequest& r = t.request();
+  const int32_t V = m_.n_vocab();
+  const float* taps = drafting_.taps() ? drafting_.taps()->row(row0) : nullptr;
+  try {
+    const std::vector<int32_t>& ids = s.sp->planned();
+    const int64_t p = s.state->n_past() - static_cast<int64_t>(ids.size());
+    int32_t forced = -1;
+    if (r.forced) forced = s.src->next(s.logits.data(), V);
+    const std::vector<int32_t> e = r.forced ? std::vector<int32_t>{forced} : s.sp->verify(s.logits.data(), s.src->sampler());
+    Finish f = Finish::None;
+    int64_t k = 0;
+    while (f == Finish::None && k < static_cast<int64_t>(e.size())) {
+      const int32_t id = e[k++];
+      if (r.keep_logits) {
+        std::lock_guard<std::mutex> tl(t.mu_);
+        t.logits_.emplace_back(s.logits.begin() + (k - 1) * V, s.logits.begin() + k * V);
+      }
+      if (id < 0 || (!r.ignore_eos && tok_.is_eog(id))) {
+        f = Finish::Eog;
+        break;
+      }
+      t.push(id);
+      if (t.times_.n_gen >= r.max_tokens) f = Finish::Length;
+      else if (p + k >= s.state->n_ctx()) f = Finish::Context;
+    }
+    s.fed.insert(s.fed.end(), ids.begin(), ids.begin() + k);
+    if (r.forced) s.sp->commit_plain(forced, taps);
+    else s.sp->commit(k, taps);
+    // the logits of the last token the state holds (the prompt cache's end snapshot)
+    s.logits.erase(s.logits.begin(), s.logits.begin() + (k - 1) * V);
+    s.logits.resize(V);
+    {
+      std::lock_guard<std::mutex> tl(t.mu_);
+      t.times_.n_draft = static_cast<int32_t>(s.sp->stats().drafted);
+      t.times_.n_draft_accepted = static_cast<int32_t>(s.sp->stats().accepted);
+    }
+    if (f != Finish::None) release(s, f);
   } catch (const std::exception& e) {
     release(s, Finish::Error, e.what());
   }
@@ -456,6 +547,8 @@ void Engine::release(Slot& s, Finish f, const std::string& error) {
   s.task.reset();
   s.src.reset();
   s.state->reset();
+  const spec::SpecStats ss = s.sp ? s.sp->stats() : spec::SpecStats{};
+  s.sp.reset();
   const TaskTimes tt = [&] {
     std::lock_guard<std::mutex> tl(t->mu_);
     return t->times_;
@@ -477,6 +570,7 @@ void Engine::release(Slot& s, Finish f, const std::string& error) {
       st_.ttft_seconds += ms_between(t->t_submit_, t->t_first_) / 1000.0;
       ++st_.first_tokens;
     }
+    st_.spec.add(ss);
     if (f == Finish::Cancelled) ++st_.cancelled;
     if (f == Finish::Error) ++st_.errors;
     if (active_ == 0 && queue_.empty()) idle_cv_.notify_all();

@@ -20,6 +20,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -29,6 +31,7 @@
 
 #include "model/model.h"
 #include "model/sampler.h"
+#include "spec/speculator.h"
 #include "tensor/threadpool.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/prompt.h"
@@ -72,6 +75,7 @@ struct TaskTimes {
   double gen_ms = 0;     // first token -> end
   int32_t n_prompt = 0, n_gen = 0;
   int32_t n_cached = 0;  // prompt tokens restored from the prompt cache (not processed)
+  int32_t n_draft = 0, n_draft_accepted = 0;  // speculative decoding: drafts verified, accepted
 };
 
 // One generation, shared by the HTTP handler that submitted it and the scheduler.
@@ -87,7 +91,8 @@ class Task {
   // of the queue at once).
   void cancel();
   bool cancelled() const { return cancel_.load(); }
-  // Waits up to `timeout` until the task has a slot or has ended; true when it has left the queue.
+  // Waits up to `timeout` until the task has a slot and its prompt's cached part is restored (times()
+  // .n_cached known), or has ended; true when it has left the queue.
   bool wait_started(std::chrono::milliseconds timeout);
 
   Finish finish() const;
@@ -122,6 +127,10 @@ struct EngineOptions {
   model::F16Rule f16_rule = model::F16Rule::Round;
   model::ExpertSource* experts = nullptr;  // routed experts streamed from disk (null: mapped)
   cache::PrefixCache* cache = nullptr;     // reuse across requests (null: none)
+  // Speculative decoding (src/spec) for every sampled request; the cache's side width must be
+  // the draft's (cache::Options::side_width) when a DSpark draft is given.
+  spec::SpecOptions spec;
+  const spec::DraftModel* draft = nullptr;
 };
 
 struct EngineStats {
@@ -133,6 +142,7 @@ struct EngineStats {
   long long first_tokens = 0;                                     // count of ttft_seconds
   long long steps = 0;
   long long forwards = 0, batch_sequences = 0, batch_tokens = 0;  // batch width = batch_sequences / forwards
+  spec::SpecStats spec;  // over finished requests
 };
 
 class Engine {
@@ -169,13 +179,19 @@ class Engine {
   std::vector<SlotInfo> slots() const;
   void set_last(int slot, std::vector<int32_t> ids);
 
+  // Runs fn on the scheduler thread between two steps; returns once it has run (rethrowing what it
+  // threw). For the prompt cache's files under mpirun: their exchanges with the other processes
+  // must not fall inside a forward pass.
+  void exclusive(const std::function<void()>& fn);
+
  private:
   struct Slot;
   void loop();
   void step();
   void start(Slot& s);  // restores from the prompt cache
-  void advance(Slot& s, const model::Segment& seg);
+  void advance(Slot& s, const model::Segment& seg, int64_t row0);
   void sample(Slot& s);
+  void verify(Slot& s, int64_t row0);  // a speculative step's candidates, emitted up to a stop
   void retry_alone(const std::vector<Slot*>& seqs, const std::vector<model::Segment>& batch,
                    const model::RunOptions& opt);
   void release(Slot& s, Finish f, const std::string& error = {});
@@ -184,11 +200,13 @@ class Engine {
   const tok::Tokenizer& tok_;
   EngineOptions o_;
   ThreadPool pool_;
+  spec::Drafting drafting_;
   std::vector<std::unique_ptr<Slot>> slots_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::shared_ptr<Task>> queue_;
+  std::deque<std::packaged_task<void()>> jobs_;  // exclusive()
   int active_ = 0;
   bool accepting_ = true, stop_ = false;
   EngineStats st_;

@@ -2,6 +2,7 @@
 // fields) into typed structs. Any problem is an ApiError(400) naming the field.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,6 +44,14 @@ struct GenFields {
 // template reads them (normalize_openai_messages), tools as OpenAI functions, and the settings
 // that shape the prompt, the parse and the generation. The same conversation gives the same
 // prompt whichever protocol it came in.
+// A tool the model knows by another name or shape than the client does (Responses): a function of
+// a namespace, which the model sees as "NAMESPACE.NAME", or a custom (free-form) tool, which it sees
+// as a function of one string argument `input`.
+struct ToolOrigin {
+  std::string ns, name;
+  bool custom = false;
+};
+
 struct ChatRequest {
   std::string model;
   json template_inputs;  // messages (normalized), tools, tool_choice, ..., add_generation_prompt
@@ -50,6 +59,7 @@ struct ChatRequest {
   std::string tool_choice = "auto";  // auto | none | required (a named function: required)
   bool extract_reasoning = true;     // reasoning_format != none
   std::string prompt_param = "messages";  // the field a template or context error names
+  std::map<std::string, ToolOrigin> tool_origins;  // by the name the model sees
   GenFields gen;
 };
 
@@ -66,6 +76,10 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& lim);    /
 // count_only: /v1/messages/count_tokens (max_tokens not required).
 ChatRequest parse_anthropic_request(const json& body, const RequestLimits& lim, bool count_only);  // /v1/messages
 ChatRequest parse_responses_request(const json& body, const RequestLimits& lim);  // /v1/responses (+ input_tokens)
+// The encrypted_content of k3's Responses reasoning items: the prefix + the text in base64. Opaque
+// to the client, which sends it back; not secret.
+inline constexpr std::string_view kReasoningPrefix = "k3-reasoning:";
+std::string encode_reasoning(std::string_view text);
 CompletionRequest parse_completions_request(const json& body, const RequestLimits& lim);  // /v1/completions
 CompletionRequest parse_llama_completion(const json& body, const RequestLimits& lim);     // /completion
 

@@ -1,14 +1,19 @@
-// The OpenAI Responses answer: reasoning -> a reasoning item (one reasoning_text part), content -> a
-// message item (one output_text part), each tool call -> a function_call item, in the order the
-// parser gives them. Streaming sends
+// The OpenAI Responses answer: reasoning -> a reasoning item (one reasoning_text part; with include
+// reasoning.encrypted_content also the text as k3's encrypted_content), content -> a message item
+// (one output_text part), each tool call -> a function_call item (with `namespace` for a function of
+// a namespace tool) or a custom_tool_call item (a custom tool: its `input` argument), in the order
+// the parser gives them. Streaming sends
 //   response.created, response.in_progress,
 //   per item: response.output_item.added, [response.content_part.added],
 //             response.{reasoning_text,output_text,function_call_arguments}.delta*, *.done,
+//             (a custom tool call: one response.custom_tool_call_input.delta when its input is whole, .done),
 //             [response.content_part.done], response.output_item.done
 //   response.completed (response.incomplete when the token budget ran out)
 // with sequence numbers from 0; the non-streaming body is the response object of the last event.
+#include <algorithm>
 #include <cstdio>
 
+#include "common/base64.h"
 #include "server/chat_protocol.h"
 #include "server/requests.h"
 
@@ -26,7 +31,11 @@ json decimal(float x) {
 class Responses final : public ChatProtocol {
  public:
   Responses(const json& request, const ChatRequest& r, std::string model, std::function<int32_t(std::string_view)> count)
-      : model_(std::move(model)), count_tokens_(std::move(count)) {
+      : model_(std::move(model)), count_tokens_(std::move(count)), origins_(r.tool_origins) {
+    if (request.contains("include") && request["include"].is_array()) {
+      const json& inc = request["include"];
+      encrypted_ = std::find(inc.begin(), inc.end(), "reasoning.encrypted_content") != inc.end();
+    }
     auto echo = [&](const char* key, json def) { echo_[key] = request.contains(key) && !request[key].is_null() ? request[key] : def; };
     echo("instructions", nullptr);
     echo("max_output_tokens", nullptr);
@@ -45,7 +54,7 @@ class Responses final : public ChatProtocol {
     echo_["top_p"] = decimal(r.gen.sampling.top_p);
   }
 
-  void begin(int32_t, SseEvents& out) override {
+  void begin(int32_t, int32_t, SseEvents& out) override {
     const json r = response("in_progress", nullptr);
     out.push_back(event("response.created", {{"response", r}}));
     out.push_back(event("response.in_progress", {{"response", r}}));
@@ -57,7 +66,14 @@ class Responses final : public ChatProtocol {
     for (const chat::ToolCallDelta& t : d.tool_calls) {
       if (t.opens) {
         close("completed", out);
-        open(Item{Kind::Call, random_id("fc_"), "", random_id("call_"), t.name, ""}, out);
+        Item it{Kind::Call, "", "", random_id("call_"), t.name};
+        if (auto o = origins_.find(t.name); o != origins_.end()) {
+          it.name = o->second.name;
+          it.ns = o->second.ns;
+          it.custom = o->second.custom;
+        }
+        it.id = random_id(it.custom ? "ctc_" : "fc_");
+        open(std::move(it), out);
       }
       // The parser gives a call's arguments before the next call opens: they belong to the last item.
       if (!t.arguments.empty()) append(Kind::Call, t.arguments, out);
@@ -101,7 +117,15 @@ class Responses final : public ChatProtocol {
     std::string id, text;  // reasoning or output text, or the call's arguments
     std::string call_id, name;
     std::string status = "in_progress";
+    std::string ns = "";  // a function of this namespace
+    bool custom = false;  // a custom tool: text holds {"input": ...}
   };
+
+  // A custom tool call's input: the `input` argument once the arguments are whole ("" before).
+  static std::string custom_input(const Item& it) {
+    const json args = json::parse(it.text, nullptr, false);
+    return args.is_object() && args.contains("input") && args["input"].is_string() ? args["input"].get<std::string>() : "";
+  }
 
   SseEvent event(const std::string& type, json fields) {
     json e = {{"type", type}};
@@ -121,14 +145,18 @@ class Responses final : public ChatProtocol {
     if (it.kind == Kind::Reasoning) return {{"type", "reasoning_text"}, {"text", it.text}};
     return {{"type", "output_text"}, {"text", it.text}, {"annotations", json::array()}, {"logprobs", json::array()}};
   }
-  static json item_json(const Item& it) {
+  json item_json(const Item& it) const {
     switch (it.kind) {
-      case Kind::Reasoning:
-        return {{"id", it.id},
-                {"type", "reasoning"},
-                {"summary", json::array()},
-                {"content", it.status == "in_progress" ? json::array() : json::array({part_json(it)})},
-                {"status", it.status}};
+      case Kind::Reasoning: {
+        const bool done = it.status != "in_progress";
+        json r = {{"id", it.id},
+                  {"type", "reasoning"},
+                  {"summary", json::array()},
+                  {"content", done ? json::array({part_json(it)}) : json::array()},
+                  {"status", it.status}};
+        if (encrypted_) r["encrypted_content"] = done ? json(encode_reasoning(it.text)) : json(nullptr);
+        return r;
+      }
       case Kind::Message:
         return {{"id", it.id},
                 {"type", "message"},
@@ -137,8 +165,13 @@ class Responses final : public ChatProtocol {
                 {"content", it.status == "in_progress" ? json::array() : json::array({part_json(it)})}};
       case Kind::Call: break;
     }
-    return {{"id", it.id},         {"type", "function_call"}, {"status", it.status},
-            {"arguments", it.text}, {"call_id", it.call_id},   {"name", it.name}};
+    json c = {{"id", it.id}, {"type", it.custom ? "custom_tool_call" : "function_call"}, {"status", it.status}};
+    if (it.custom) c["input"] = it.status == "in_progress" ? "" : custom_input(it);
+    else c["arguments"] = it.text;
+    c["call_id"] = it.call_id;
+    c["name"] = it.name;
+    if (!it.ns.empty()) c["namespace"] = it.ns;
+    return c;
   }
 
   void open(Item it, SseEvents& out) {
@@ -155,6 +188,7 @@ class Responses final : public ChatProtocol {
       open(Item{kind, random_id(kind == Kind::Reasoning ? "rs_" : "msg_"), "", "", ""}, out);
     }
     items_.back().text += text;
+    if (items_.back().custom) return;  // its input is sent whole when the call closes
     const char* type = kind == Kind::Reasoning ? "response.reasoning_text.delta"
                        : kind == Kind::Message ? "response.output_text.delta"
                                                : "response.function_call_arguments.delta";
@@ -168,7 +202,11 @@ class Responses final : public ChatProtocol {
     open_ = false;
     Item& it = items_.back();
     it.status = status;
-    if (it.kind == Kind::Call) {
+    if (it.custom) {
+      const std::string input = custom_input(it);
+      if (!input.empty()) out.push_back(item_event("response.custom_tool_call_input.delta", {{"delta", input}}));
+      out.push_back(item_event("response.custom_tool_call_input.done", {{"input", input}}));
+    } else if (it.kind == Kind::Call) {
       out.push_back(item_event("response.function_call_arguments.done", {{"arguments", it.text}, {"name", it.name}}));
     } else {
       json done = {{"text", it.text}};
@@ -203,6 +241,8 @@ class Responses final : public ChatProtocol {
   int64_t created_ = unix_now();
   std::string model_;
   std::function<int32_t(std::string_view)> count_tokens_;
+  std::map<std::string, ToolOrigin> origins_;  // tools the model knows by other names (namespaces, custom)
+  bool encrypted_ = false;                      // include: reasoning.encrypted_content
   json echo_ = json::object();  // request fields the response object repeats
   std::vector<Item> items_;
   bool open_ = false;  // the last item is open (streaming: added, not done)
@@ -210,6 +250,8 @@ class Responses final : public ChatProtocol {
 };
 
 }  // namespace
+
+std::string encode_reasoning(std::string_view text) { return std::string(kReasoningPrefix) + base64_encode(text); }
 
 std::unique_ptr<ChatProtocol> responses_protocol(const json& request, const ChatRequest& r, std::string model,
                                                  std::function<int32_t(std::string_view)> count_tokens) {

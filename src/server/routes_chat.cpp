@@ -60,7 +60,7 @@ bool stream_step(ChatJob& job, DataSink& sink) {
   SseEvents ev;
   if (!job.started) {
     job.started = true;
-    job.proto->begin(job.n_prompt, ev);
+    job.proto->begin(job.n_prompt, job.gen->n_cached(), ev);
     return write(job, sink, ev);
   }
   Generation::Piece p = job.gen->poll(50ms);
@@ -148,7 +148,7 @@ void run_chat(ServerCtx& c, const ChatRequest& r, std::unique_ptr<ChatProtocol> 
   po.tools = r.tools;
   po.tool_choice = r.tool_choice;
   job->parser = std::make_unique<chat::K3StreamParser>(po);
-  GenRequest gr = make_gen_request(c, std::move(ip.ids), r.gen);
+  GenRequest gr = make_gen_request(c, std::move(ip.ids), r.gen, &r.template_inputs);
   gr.images = std::move(ip.images);
   if (c.cache) gr.snapshot_at = message_snapshot_points(*c.tmpl, r.template_inputs, text, gr.prompt, *c.tok);
   job->gen = std::make_unique<Generation>(*c.engine, *c.tok, std::move(gr), r.gen.stop, true);

@@ -3,7 +3,8 @@
 // request; a save writes that sequence's deepest cached state from the prompt cache with its KDA
 // snapshots (up to four: the end of the generation, the end of the prompt and the message starts
 // before it), a restore puts a file's states back into the prompt cache, where any request whose
-// prompt begins with those tokens finds them.
+// prompt begins with those tokens finds them. Under mpirun each process saves and restores its share
+// (NAME for the leader, NAME.rank-R beside it for process R: docs/multinode.md).
 #include <chrono>
 
 #include "cache/file.h"
@@ -79,7 +80,8 @@ void handle_slot_action(ServerCtx& c, const Request& req, Response& res) {
     if (slot.last.empty()) throw ApiError(400, strprintf("slot %lld holds no sequence to save", id), "id_slot");
     cache::PrefixCache::Saved s;
     try {
-      s = c.cache->save(path, cache::Key{slot.last, {}}, json{{"slot", id}, {"model", c.model_id}});
+      // between two steps: under mpirun every process writes its share
+      c.engine->exclusive([&] { s = c.cache->save(path, cache::Key{slot.last, {}}, json{{"slot", id}, {"model", c.model_id}}); });
     } catch (const cache::FileError& e) {
       throw ApiError(500, std::string("cannot save the slot: ") + e.what());
     } catch (const Error& e) {
@@ -94,7 +96,7 @@ void handle_slot_action(ServerCtx& c, const Request& req, Response& res) {
   }
   cache::PrefixCache::Loaded l;
   try {
-    l = c.cache->load(path);
+    c.engine->exclusive([&] { l = c.cache->load(path); });
   } catch (const cache::FileError& e) {
     throw ApiError(e.kind == cache::FileError::Missing ? 404 : 400, std::string("cannot restore the slot: ") + e.what(),
                    "filename");

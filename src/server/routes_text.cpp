@@ -34,7 +34,9 @@ struct TextJob {
                 {"prompt_ms", t.prompt_ms},
                 {"predicted_n", gen->n_gen()},
                 {"predicted_ms", t.gen_ms},
-                {"predicted_per_second", t.gen_ms > 0 ? 1000.0 * (gen->n_gen() - 1) / t.gen_ms : 0.0}};
+                {"predicted_per_second", t.gen_ms > 0 ? 1000.0 * (gen->n_gen() - 1) / t.gen_ms : 0.0},
+                {"draft_n", t.n_draft},
+                {"draft_n_accepted", t.n_draft_accepted}};
   }
   // llama.cpp's stop_type: eos, limit, word.
   const char* stop_type() const {

@@ -41,7 +41,7 @@ void check_context(const ServerCtx& c, size_t n_prompt, const char* param) {
                    param, "invalid_request_error");
 }
 
-GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g) {
+GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, const GenFields& g, const json* chat_inputs) {
   GenRequest r;
   r.prompt = std::move(prompt);
   r.sampling = g.sampling;
@@ -50,6 +50,11 @@ GenRequest make_gen_request(const ServerCtx& c, std::vector<int32_t> prompt, con
   if (g.canned.set) {
     r.forced = true;
     r.forced_ids = g.canned.is_text ? c.tok->encode(g.canned.text, true) : g.canned.ids;
+  } else if (c.script) {
+    if (std::optional<json> entry = c.script->next()) {
+      r.forced = true;
+      r.forced_ids = c.tok->encode(script_output(*entry, *c.tmpl, chat_inputs), true);
+    }
   }
   return r;
 }
@@ -127,6 +132,13 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
          static_cast<double>(e.batch_tokens));
   metric("k3_forward_passes_total", "counter", "Model forward passes (one per scheduler step with work).",
          static_cast<double>(e.forwards));
+  metric("k3_spec_steps_total", "counter", "Decode steps of speculative generations (finished ones).",
+         static_cast<double>(e.spec.steps));
+  metric("k3_spec_verify_passes_total", "counter", "Steps that verified drafts.", static_cast<double>(e.spec.passes));
+  metric("k3_spec_draft_tokens_total", "counter", "Drafted tokens verified.", static_cast<double>(e.spec.drafted));
+  metric("k3_spec_draft_accepted_total", "counter", "Drafted tokens accepted.", static_cast<double>(e.spec.accepted));
+  metric("k3_spec_emitted_tokens_total", "counter", "Tokens the speculative steps emitted.",
+         static_cast<double>(e.spec.emitted));
   metric("k3_slots", "gauge", "Sequence slots (--parallel).", e.slots);
   metric("k3_slots_busy", "gauge", "Slots generating now.", e.busy);
   metric("k3_queue_depth", "gauge", "Requests waiting for a slot.", e.queued);
@@ -201,7 +213,7 @@ std::string Metrics::render(const EngineStats& e, const HttpServer& http, double
 static std::unique_ptr<cache::PrefixCache> make_cache(const ServerCtx& c, const EngineOptions& eo,
                                                       const std::string& template_text, model::F16Rule rule) {
   const ServerOptions& o = c.opt;
-  const cache::Layout lay = cache::Layout::of(c.model->hparams());
+  const cache::Layout lay = cache::Layout::of(c.model->hparams(), c.draft ? c.draft->side_width() : 0);  // of the whole state
   const int64_t ram =
       o.cache_ram == "auto"
           ? cache::auto_ram_budget(c.experts ? 0 : cache::mapped_bytes(*c.model),
@@ -214,7 +226,9 @@ static std::unique_ptr<cache::PrefixCache> make_cache(const ServerCtx& c, const 
   }
   cache::Options co;
   co.ram_bytes = ram;
+  co.peers = o.cache_peers ? o.cache_peers() : nullptr;
   co.snapshot_every = o.cache_snapshot_every > 0 ? o.cache_snapshot_every : lay.default_snapshot_every();
+  co.side_width = lay.side;  // the draft's context rows are cached with the sequence (dspark.md §12)
   if (!o.cache_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.cache_dir, ec);
@@ -234,7 +248,9 @@ static std::unique_ptr<cache::PrefixCache> make_cache(const ServerCtx& c, const 
     for (char ch : tok->piece(id)) s += ch == '\n' ? std::string("\\n") : std::string(1, ch);
     return s;
   };
-  return std::make_unique<cache::PrefixCache>(*c.model, template_text, cache::compute_of(rule), co);
+  std::string compute = cache::compute_of(rule);
+  if (c.draft) compute += ", draft " + c.draft->identity();
+  return std::make_unique<cache::PrefixCache>(*c.model, template_text, compute, co);
 }
 
 static std::string read_file(const std::string& path) {
@@ -254,6 +270,7 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
   ServerCtx& c = *c_;
   c.opt = opts;
+  if (!opts.test_script.empty()) c.script = std::make_unique<TestScript>(opts.test_script);  // bad files fail first
   c.model = opts.load_model ? opts.load_model(opts.model_path) : model::Model::load(opts.model_path);
   c.tok = tok::Tokenizer::from_metadata(c.model->meta());
   const model::F16Rule rule = opts.f16_rule.empty() ? model::default_f16_rule()
@@ -298,6 +315,10 @@ Server::Server(const ServerOptions& opts) : c_(std::make_unique<ServerCtx>()) {
   if (opts.make_experts)
     c.experts = opts.make_experts(*c.model, eo.parallel * model::state_bytes(c.model->hparams(), eo.n_ctx));
   eo.experts = c.experts.get();
+  if (opts.spec.type == spec::SpecType::Dspark)
+    c.draft = spec::DraftModel::load(opts.draft_path, *c.model, static_cast<uint32_t>(opts.spec.draft_max));
+  eo.spec = opts.spec;
+  eo.draft = c.draft.get();
   c.cache = make_cache(c, eo, template_text, rule);
   eo.cache = c.cache.get();
   c.engine = std::make_unique<Engine>(*c.model, *c.tok, eo);

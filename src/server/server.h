@@ -13,6 +13,11 @@
 #include "model/expert_store.h"
 #include "model/sampler.h"
 #include "server/http_server.h"
+#include "spec/speculator.h"
+
+namespace k3::cache {
+class Peers;
+}
 
 namespace k3::server {
 
@@ -34,6 +39,7 @@ struct ServerOptions {
   uint32_t image_max_tokens = 0;  // rows per image (0: the mmproj's patch limit)
   std::string f16_rule;       // "" (from the CPU), "amx" or "round"
   bool test_canned = false;   // accept the test-only k3_canned request field
+  std::string test_script;    // tests only: the model's outputs, one entry per generation (test_script.h)
   int max_json_depth = 64;
   size_t max_stops = 16;
   double shutdown_grace_s = 10;  // on shutdown, in-flight requests get this long to finish
@@ -44,11 +50,16 @@ struct ServerOptions {
   std::string cache_ram = "auto", cache_dir, cache_disk = "auto", slot_save_path;
   int64_t cache_snapshot_every = 0;  // 0: from the model (cache::Layout::default_snapshot_every)
   bool verbose = false;
+  // Speculative decoding (src/spec): the options and the DSpark draft GGUF ("" for n-gram or none).
+  spec::SpecOptions spec;
+  std::string draft_path;
   // Streams routed experts from disk when set (k3 serve --expert-cache): called once with the model.
   // state_bytes: every slot's state at the full context. May return null (experts stay mapped).
   std::function<std::unique_ptr<model::ExpertStore>(model::Model&, uint64_t state_bytes)> make_experts;
   // Loads the model when set (k3 serve under mpirun: this process's share), else Model::load.
   std::function<std::unique_ptr<model::Model>(const std::string&)> load_model;
+  // Under mpirun, the other processes' shares of the prompt cache, once the model is loaded (null: alone).
+  std::function<cache::Peers*()> cache_peers;
 };
 
 struct ServerCtx;

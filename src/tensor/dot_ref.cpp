@@ -7,6 +7,8 @@
 
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/iq3_grids.h"
+#include "tensor/iq_grids.h"
 #include "tensor/kernels_impl.h"
 #include "tensor/quant_ref.h"
 
@@ -140,11 +142,11 @@ float lanes_total(const float (&acc)[8]) {
 }
 
 template <class Term>
-float lane_sum(int64_t nb, Term&& term) {
+float lane_sum(int64_t nb, Term&& term, const int (&order)[8] = kLaneBlock) {
   float acc[8] = {};
   for (int64_t g = 0; g < nb; g += 8)
     for (int l = 0; l < 8; ++l) {
-      const int64_t b = g + kLaneBlock[l];
+      const int64_t b = g + order[l];
       acc[l] += b < nb ? term(b) : 0.0f;
     }
   return lanes_total(acc);
@@ -287,6 +289,49 @@ void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
   });
 }
 
+// The 1- and 2-bit types sum like the 32-element blocks: the term of each 32 elements is
+// float(Σ code·a) · (d_w · d_a), d_w the scale of the block they lie in (docs/formats.md).
+void vec_dot_q1_0(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q1_0*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  *s = lane_sum(n / QK, [&](int64_t u) {
+    const block_q1_0& b = x[u / 4];
+    int sum = 0;
+    for (int j = 0; j < QK; ++j) sum += (b.qs[4 * (u % 4) + j / 8] >> (j % 8)) & 1 ? y[u].qs[j] : -y[u].qs[j];
+    return static_cast<float>(sum) * (h2f(b.d) * h2f(y[u].d));
+  });
+}
+
+void vec_dot_q2_0(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_q2_0*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  *s = lane_sum(n / QK, [&](int64_t u) {
+    const block_q2_0& b = x[u / 2];
+    int sum = 0;
+    for (int j = 0; j < QK; ++j) sum += (q2_0_code(b, QK * (u % 2) + j) - 1) * y[u].qs[j];
+    return static_cast<float>(sum) * (h2f(b.d) * h2f(y[u].d));
+  });
+}
+
+// NVFP4: a term per 16 elements, float(Σ code·a) · (d_sub · d_a) with d_sub = UE4M3 / 2 (the codes
+// are doubled E2M1 values). Every two blocks' 8 terms fill the 8 lanes: lane l takes sub-block
+// kNvfp4Sub[l] of them (block kNvfp4Sub[l] / 4), the order in which the 256-bit forms' pair halves
+// come out of half_sums (simd256_fp4.inc).
+constexpr int kNvfp4Sub[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+void vec_dot_nvfp4(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_nvfp4*>(vx);
+  const auto* y = static_cast<const block_q8_0*>(vy);
+  *s = lane_sum(n / 16, [&](int64_t t) {
+    const block_nvfp4& b = x[t / 4];
+    const int sub = static_cast<int>(t % 4);
+    const int8_t* a = y[t / 2].qs + 16 * (t % 2);
+    int sum = 0;
+    for (int j = 0; j < 8; ++j)
+      sum += kvalues_mxfp4[b.qs[8 * sub + j] & 15] * a[j] + kvalues_mxfp4[b.qs[8 * sub + j] >> 4] * a[j + 8];
+    return static_cast<float>(sum) * (ue4m3_to_fp32_half(b.d[sub]) * h2f(y[t / 2].d));
+  }, kNvfp4Sub);
+}
+
 // ---- vec_dot: 256-element super-blocks with Q8_K ----------------------------------------------
 
 // Each super-block is summed in 8 lanes, as the SIMD forms hold it. Lane l takes the elements e
@@ -305,7 +350,7 @@ struct KqInts {
     for (int l = 0; l < 8; ++l) isum[l] = msum[l] = 0;
     for (int e = 0; e < QK_K; ++e) isum[(e % 32) / 4] += scale[e / sub] * c[e] * a[e];
   }
-  // Per 16-element sub-block j: isum loses off·v[j]·bsums[j] (off > 0), or msum gains v[j]·bsums[j].
+  // Per 16-element sub-block j: isum loses off·v[j]·bsums[j] (off != 0; −1 adds), or msum gains v[j]·bsums[j].
   void per_sub(const int* v, const int16_t* bsums, int off) {
     for (int l = 0; l < 8; ++l) {
       const int32_t t = v[2 * l] * bsums[2 * l] + v[2 * l + 1] * bsums[2 * l + 1];
@@ -461,6 +506,176 @@ void vec_dot_iq4_xs(int64_t n, float* s, const void* vx, const void* vy) {
   *s = k.total();
 }
 
+// The ternary types: codes stored as value + 1 (offset 1), one scale for the super-block.
+template <class Block, int (*code)(const Block&, int)>
+void vec_dot_tq(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const Block*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  static constexpr int kOnes[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  KqLanes k;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    for (int e = 0; e < QK_K; ++e) c[e] = static_cast<int8_t>(code(x[i], e));
+    k.codes(c, y[i].qs, kOnes, 16);
+    k.per_sub(kOnes, y[i].bsums, 1);
+    k.add(y[i].d, h2f(x[i].d), 0.0f);
+  }
+  *s = k.total();
+}
+
+// IQ3: signed grid magnitudes times the odd sub-block scale 2s + 1 per 32; IQ3_XXS's values are a
+// quarter of that (its super-block scale counts as d/4, exact).
+void vec_dot_iq3_xxs(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq3_xxs*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  KqLanes k;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    int sc[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      uint32_t sas;
+      std::memcpy(&sas, x[i].qs + 64 + 4 * ib, 4);
+      sc[ib] = 2 * static_cast<int>(sas >> 28) + 1;
+      for (int e = 0; e < 32; ++e) {
+        const uint32_t s7 = (sas >> (7 * (e / 8))) & 127;
+        const bool neg = e % 8 == 7 ? __builtin_popcount(s7) & 1 : (s7 >> (e % 8)) & 1;
+        const int v = (kIq3xxsGrid[x[i].qs[8 * ib + e / 4]] >> (8 * (e % 4))) & 255;
+        c[32 * ib + e] = static_cast<int8_t>(neg ? -v : v);
+      }
+    }
+    k.codes(c, y[i].qs, sc, 32);
+    k.add(y[i].d, 0.25f * h2f(x[i].d), 0.0f);
+  }
+  *s = k.total();
+}
+
+void vec_dot_iq3_s(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq3_s*>(vx);
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  KqLanes k;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    int sc[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      sc[ib] = 1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15);
+      for (int e = 0; e < 32; ++e) {
+        const int index = x[i].qs[8 * ib + e / 4] | ((x[i].qh[ib] >> (e / 4)) & 1) << 8;
+        const int v = (kIq3sGrid[index] >> (8 * (e % 4))) & 255;
+        c[32 * ib + e] = static_cast<int8_t>((x[i].signs[4 * ib + e / 8] >> (e % 8)) & 1 ? -v : v);
+      }
+    }
+    k.codes(c, y[i].qs, sc, 32);
+    k.add(y[i].d, h2f(x[i].d), 0.0f);
+  }
+  *s = k.total();
+}
+
+// ---- vec_dot: the lattice types with Q8_K -------------------------------------------------------
+
+// In the K-quant lanes (KqLanes), and 1/8 of Σ (d_a·d_w)·isum as in ggml (the 1/8 goes into d_w:
+// exact, d_w being an f16). IQ2 codes are the grid values times their signs. An IQ1 value is
+// scale·(8·(level − 1) + shift)/8, shift ±1, and the codes are unsigned, the rest coming from the
+// activation's bsums as a K-quant min does (lane l gains Σ v·bsum over sub-blocks 2l, 2l + 1):
+// IQ1_S codes are the levels under 8·scale, v = scale·(shift − 8); IQ1_M codes are
+// 8·level + shift + 1 under the scale, v = −9·scale. Integer sums throughout, as ggml's.
+uint8_t grid_byte(uint64_t g, int j) { return static_cast<uint8_t>(g >> (8 * j)); }
+
+// 8 codes of an IQ2 group: grid entry times the sign bits (bit j set: negative).
+void iq2_group(uint64_t grid, uint8_t signs, int8_t* c) {
+  for (int j = 0; j < 8; ++j) c[j] = static_cast<int8_t>((signs >> j) & 1 ? -grid_byte(grid, j) : grid_byte(grid, j));
+}
+
+template <class Decode>
+float iq_dot(int64_t n, const void* vy, Decode&& decode) {
+  const auto* y = static_cast<const block_q8_K*>(vy);
+  KqLanes k;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t c[QK_K];
+    int sc[16], shift[16] = {};
+    int sub = 32;
+    const float dw = decode(i, c, sc, sub, shift) * 0.125f;
+    k.codes(c, y[i].qs, sc, sub);
+    k.per_sub(shift, y[i].bsums, -1);  // isum gains Σ shift·bsum (zero but for IQ1_S)
+    k.add(y[i].d, dw, 0.0f);
+  }
+  return k.total();
+}
+
+void vec_dot_iq2_xxs(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq2_xxs*>(vx);
+  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int&, int*) {
+    for (int ib = 0; ib < 8; ++ib) {
+      uint32_t aux[2];
+      std::memcpy(aux, x[i].qs + 4 * ib, 8);
+      for (int g = 0; g < 4; ++g)
+        iq2_group(kIqGrids.iq2xxs[(aux[0] >> (8 * g)) & 255], iq::kIqSigns[(aux[1] >> (7 * g)) & 127], c + 32 * ib + 8 * g);
+      sc[ib] = 2 * static_cast<int>(aux[1] >> 28) + 1;
+    }
+    return h2f(x[i].d);
+  });
+}
+
+void vec_dot_iq2_xs(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq2_xs*>(vx);
+  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int& sub, int*) {
+    for (int g = 0; g < 32; ++g) iq2_group(kIqGrids.iq2xs[x[i].qs[g] & 511], iq::kIqSigns[x[i].qs[g] >> 9], c + 8 * g);
+    for (int b = 0; b < 16; ++b) sc[b] = 2 * ((x[i].scales[b / 2] >> (4 * (b % 2))) & 15) + 1;
+    sub = 16;
+    return h2f(x[i].d);
+  });
+}
+
+void vec_dot_iq2_s(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq2_s*>(vx);
+  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int& sub, int*) {
+    for (int g = 0; g < 32; ++g) {
+      const int idx = x[i].qs[g] | ((x[i].qh[g / 4] << (8 - 2 * (g % 4))) & 0x300);
+      iq2_group(kIqGrids.iq2s[idx], x[i].qs[QK_K / 8 + g], c + 8 * g);
+    }
+    for (int b = 0; b < 16; ++b) sc[b] = 2 * ((x[i].scales[b / 2] >> (4 * (b % 2))) & 15) + 1;
+    sub = 16;
+    return h2f(x[i].d);
+  });
+}
+
+// 8 codes of an IQ1 group: mul·level + add.
+void iq1_group(uint64_t grid, int mul, int add, int8_t* c) {
+  for (int j = 0; j < 8; ++j) c[j] = static_cast<int8_t>(mul * grid_byte(grid, j) + add);
+}
+
+void vec_dot_iq1_s(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq1_s*>(vx);
+  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int&, int* shift) {
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t qh = x[i].qh[ib];
+      for (int g = 0; g < 4; ++g) iq1_group(kIqGrids.iq1s[x[i].qs[4 * ib + g] | (((qh >> (3 * g)) & 7) << 8)], 1, 0, c + 32 * ib + 8 * g);
+      const int ls = 2 * ((qh >> 12) & 7) + 1;
+      sc[ib] = 8 * ls;
+      shift[2 * ib] = shift[2 * ib + 1] = ls * ((qh & 0x8000 ? -1 : 1) - 8);
+    }
+    return h2f(x[i].d);
+  });
+}
+
+void vec_dot_iq1_m(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const block_iq1_m*>(vx);
+  *s = iq_dot(n, vy, [&](int64_t i, int8_t* c, int* sc, int& sub, int* shift) {
+    uint16_t sw[4];
+    std::memcpy(sw, x[i].scales, sizeof sw);
+    for (int g = 0; g < 32; ++g) {
+      const uint8_t qh = x[i].qh[g / 2];
+      const int hi = g % 2 ? (qh << 4) & 0x700 : (qh << 8) & 0x700;
+      iq1_group(kIqGrids.iq1s[x[i].qs[g] | hi], 8, qh & (g % 2 ? 0x80 : 0x08) ? 0 : 2, c + 8 * g);
+    }
+    for (int b = 0; b < 16; ++b) {
+      sc[b] = 2 * ((sw[b / 4] >> (3 * (b % 4))) & 7) + 1;
+      shift[b] = -9 * sc[b];
+    }
+    sub = 16;
+    return h2f(ref::iq1_m_scale(x[i]));
+  });
+}
+
 void dot_f16_f32_amx(int64_t n, float* s, const void* vx, const float* y) {
   const auto* x = static_cast<const uint16_t*>(vx);
   float acc[16] = {};
@@ -501,6 +716,18 @@ void register_scalar_kernels(KernelTable& t) {
   set(T::MXFP4_LANES, T::Q8_0, to_float_ref<T::MXFP4_LANES>, vec_dot_mxfp4_lanes);
   set(T::IQ4_NL, T::Q8_0, to_float_ref<T::IQ4_NL>, vec_dot_iq4_nl);
   set(T::IQ4_XS, T::Q8_K, to_float_ref<T::IQ4_XS>, vec_dot_iq4_xs);
+  set(T::IQ2_XXS, T::Q8_K, to_float_ref<T::IQ2_XXS>, vec_dot_iq2_xxs);
+  set(T::IQ2_XS, T::Q8_K, to_float_ref<T::IQ2_XS>, vec_dot_iq2_xs);
+  set(T::IQ2_S, T::Q8_K, to_float_ref<T::IQ2_S>, vec_dot_iq2_s);
+  set(T::IQ1_S, T::Q8_K, to_float_ref<T::IQ1_S>, vec_dot_iq1_s);
+  set(T::IQ1_M, T::Q8_K, to_float_ref<T::IQ1_M>, vec_dot_iq1_m);
+  set(T::Q1_0, T::Q8_0, to_float_ref<T::Q1_0>, vec_dot_q1_0);
+  set(T::Q2_0, T::Q8_0, to_float_ref<T::Q2_0>, vec_dot_q2_0);
+  set(T::NVFP4, T::Q8_0, to_float_ref<T::NVFP4>, vec_dot_nvfp4);
+  set(T::TQ1_0, T::Q8_K, to_float_ref<T::TQ1_0>, vec_dot_tq<block_tq1_0, tq1_0_code>);
+  set(T::TQ2_0, T::Q8_K, to_float_ref<T::TQ2_0>, vec_dot_tq<block_tq2_0, tq2_0_code>);
+  set(T::IQ3_XXS, T::Q8_K, to_float_ref<T::IQ3_XXS>, vec_dot_iq3_xxs);
+  set(T::IQ3_S, T::Q8_K, to_float_ref<T::IQ3_S>, vec_dot_iq3_s);
   t[static_cast<int>(T::F32)].from_float = from_float_f32;
   t[static_cast<int>(T::F16)].from_float = from_float_f16;
   t[static_cast<int>(T::BF16)].from_float = from_float_bf16;

@@ -60,4 +60,13 @@ inline float e8m0_to_fp32(uint8_t e) {
   return e == 0 ? bits_f32(0x00400000u) : bits_f32(static_cast<uint32_t>(e) << 23);
 }
 
+// UE4M3 (NVFP4's sub-block scale: 4 exponent bits, bias 7, 3 mantissa bits, no sign) as ggml
+// decodes it: half the value (the E2M1 codes are doubled), 0x7F (the NaN pattern) as 0, bit 7 ignored.
+inline float ue4m3_to_fp32_half(uint8_t x) {
+  if ((x & 0x7F) == 0 || x == 0x7F) return 0.0f;
+  const int e = (x >> 3) & 15, m = x & 7;
+  // exponent 0: m·2^-9, halved; else (8 + m)·2^(e - 10), halved
+  return e == 0 ? static_cast<float>(m) * 0x1p-10f : bits_f32(static_cast<uint32_t>(e + 119) << 23 | static_cast<uint32_t>(m) << 20);
+}
+
 }  // namespace k3

@@ -13,6 +13,8 @@
 
 #include "tensor/blocks.h"
 #include "tensor/gemm.h"
+#include "tensor/iq3_grids.h"
+#include "tensor/iq_grids.h"
 
 namespace k3 {
 namespace {
@@ -128,10 +130,13 @@ struct Bf16Gemm {
 // as fast, prefill 1.07x (docs/performance.md).
 
 #include "tensor/simd256_block32.inc"
+#include "tensor/simd256_lowbit.inc"
 #include "tensor/gemm_block32.inc"
 #include "tensor/gemm_lanes.inc"
 #include "tensor/simd256_elem.inc"
 #include "tensor/gemm_elem.inc"
+#include "tensor/gemm_lowbit.inc"
+#include "tensor/simd256_iq.inc"
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
@@ -260,6 +265,65 @@ struct KDot {
   }
 };
 
+// ---- the lattice types (simd256_iq.inc) ----------------------------------------------------------
+//
+// As the 256-bit tiles (gemm_simd256.inc): IQ1 through KDot with the shift terms as an offset
+// correction of shift 0; IQ2 against activations biased by 128, less the bias's share. Each 64-value
+// chunk joins two of the 256-bit decode's chunks, so the lanes are the same.
+
+template <class W>
+struct Iq1KW {
+  using Block = typename W::Block;
+  static constexpr int kShift = 0;
+  static void decode(const Block& x, KDecoded& d) {
+    const IqHead h = W::head(x);
+    __m256i u[8];
+    unroll(std::make_integer_sequence<int, 8>{}, [&](auto C) {
+      __m256i unused;
+      W::template chunk<C>(x, h, u[C], unused);
+    });
+    for (int k = 0; k < 4; ++k) d.u[k] = join256(u[2 * k], u[2 * k + 1]);
+    scale_words(h.s16, d.sw);
+    d.m16 = _mm256_sub_epi16(_mm256_setzero_si256(), h.v16);
+    d.dw = h.dw, d.dmin = 0.0f;
+  }
+};
+
+struct IqDecoded {
+  __m512i w[4];   // signed codes of elements 64k..64k+63
+  __m512i sw[4];  // their scale words
+  __m256i corr;   // 128·Σ scale·w per lane
+  __m256i m16;    // zero: no bsum term
+  float dw, dmin;
+};
+
+template <class W>
+struct Iq2KW {
+  using Block = typename W::Block;
+  static constexpr int kShift = 0;
+  static void decode(const Block& x, IqDecoded& d) {
+    const IqHead h = W::head(x);
+    __m256i w[8], sw[8];
+    d.corr = iq2_signed_chunks<W>(x, h, w, sw);
+    for (int k = 0; k < 4; ++k) d.w[k] = join256(w[2 * k], w[2 * k + 1]), d.sw[k] = join256(sw[2 * k], sw[2 * k + 1]);
+    d.m16 = _mm256_setzero_si256();
+    d.dw = h.dw, d.dmin = 0.0f;
+  }
+};
+
+struct IqDot {
+  using Decoded = IqDecoded;
+  using Act = KDot::Act;
+  static Act act(const block_q8_K& a) { return KDot::act(a); }  // biased (iq2_pack)
+  static __m256i isum(const IqDecoded& d, const Act& x) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(x.v[k], d.w[k]), d.sw[k]);
+    return _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), d.corr);
+  }
+};
+
+template <class W>
+constexpr GemmKernel iq2_kernel() { return {iq2_packed_size, iq2_pack, run_tiles<KQuantGemm<Iq2KW<W>, IqDot, 1, 16>>}; }
 
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
@@ -272,11 +336,24 @@ constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
-constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, KqBlockSum>>();
+constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
 constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
 constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW, KDot>>();
+// The types of simd256_lowbit.inc: their 256-bit forms, as their vec_dot.
+constexpr GemmKernel kQ10 = block32_kernel<Q10B>();
+constexpr GemmKernel kQ20 = block32_kernel<Q20B>();
+constexpr GemmKernel kNvfp4 = nvfp4_kernel();
+constexpr GemmKernel kTq1 = unpacked<KQuantGemm<Tq1W, TqDot>>();
+constexpr GemmKernel kTq2 = unpacked<KQuantGemm<Tq2W, TqDot>>();
+constexpr GemmKernel kIq3xxs = iq3_kernel<Iq3xxsW>();
+constexpr GemmKernel kIq3s = iq3_kernel<Iq3sW>();
+constexpr GemmKernel kIq2xxs = iq2_kernel<Iq2xxsW>();
+constexpr GemmKernel kIq2xs = iq2_kernel<Iq2xsW>();
+constexpr GemmKernel kIq2s = iq2_kernel<Iq2sW>();
+constexpr GemmKernel kIq1s = unpacked<KQuantGemm<Iq1KW<Iq1sW>, KDot, 1, 16>>();
+constexpr GemmKernel kIq1m = unpacked<KQuantGemm<Iq1KW<Iq1mW>, KDot, 1, 16>>();
 
 }  // namespace
 
@@ -300,6 +377,18 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q5_K: return &kQ5K;
     case GgmlType::Q6_K: return &kQ6K;
+    case GgmlType::Q1_0: return &kQ10;
+    case GgmlType::Q2_0: return &kQ20;
+    case GgmlType::NVFP4: return &kNvfp4;
+    case GgmlType::TQ1_0: return &kTq1;
+    case GgmlType::TQ2_0: return &kTq2;
+    case GgmlType::IQ3_XXS: return &kIq3xxs;
+    case GgmlType::IQ3_S: return &kIq3s;
+    case GgmlType::IQ2_XXS: return &kIq2xxs;
+    case GgmlType::IQ2_XS: return &kIq2xs;
+    case GgmlType::IQ2_S: return &kIq2s;
+    case GgmlType::IQ1_S: return &kIq1s;
+    case GgmlType::IQ1_M: return &kIq1m;
     default: return nullptr;
   }
 }

@@ -10,6 +10,8 @@
 
 #include "tensor/blocks.h"
 #include "tensor/gemm.h"
+#include "tensor/iq3_grids.h"
+#include "tensor/iq_grids.h"
 
 namespace k3 {
 namespace {

@@ -5,10 +5,13 @@
 // Only file-local code here (kernels_impl.h explains why).
 #include "tensor/avx512.h"
 
+#include <array>
 #include <cstring>
 #include <utility>
 
 #include "tensor/blocks.h"
+#include "tensor/iq3_grids.h"
+#include "tensor/iq_grids.h"
 #include "tensor/kernels_impl.h"
 
 namespace k3 {

@@ -23,74 +23,110 @@ constexpr int64_t kTileTokens = 16;
 }  // namespace
 
 void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  const QuantKernels& kw = kernels(w.type);
-  const TypeInfo& ti = type_info(w.type);
-  if (!kw.vec_dot) fail("matmul: no dot product for weight type %s", ti.name);
-  const GgmlType vt = kw.vec_dot_type;
-  const int64_t block = std::max(ti.block, type_info(vt).block);
-  if (w.ne0 <= 0 || w.ne0 % block != 0)
-    fail("matmul: %s weight with ne0 = %lld (must be a positive multiple of %lld)", ti.name,
-         static_cast<long long>(w.ne0), static_cast<long long>(block));
-  if (w.nb1 < row_size(w.type, w.ne0)) fail("matmul: row stride %zu below the row size", w.nb1);
-  if (n_tokens <= 0 || w.ne1 <= 0) return;
+  const MatmulJob job{w, x, y};
+  matmul_batch(&job, 1, n_tokens, pool);
+}
 
-  const int64_t ne0 = w.ne0, ne1 = w.ne1;
-  const size_t xrow = row_size(vt, ne0);
-  const uint8_t* xq = reinterpret_cast<const uint8_t*>(x);
-  // Activations in the weight's partner format, once per call (the caller's thread owns it).
-  thread_local std::vector<uint8_t> scratch;
-  if (vt != GgmlType::F32) {
-    scratch_size(scratch, static_cast<size_t>(n_tokens) * xrow);
-    const auto from_float = kernels(vt).from_float;
-    uint8_t* q = scratch.data();
-    auto quantize = [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) from_float(x + t * ne0, q + t * xrow, ne0);
-    };
-    if (n_tokens == 1) quantize(0, 1);
-    else pool.parallel_for(n_tokens, quantize);
-    xq = q;
+void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool) {
+  if (n_tokens <= 0) return;
+  // Per job: its activations in the weight's partner format (shared with an earlier job of the
+  // same input and format), packed for the tiles where they need it.
+  struct Prep {
+    const uint8_t* q = nullptr;   // the activations in the partner format
+    const uint8_t* xq = nullptr;  // what the kernel reads: q, or q packed
+    size_t xstride = 0;
+    const GemmKernel* gk = nullptr;
+    int64_t rb = 0;  // rows a work item covers
+  };
+  // Scratch kept per calling thread; the workers reach it through these references (naming the
+  // thread_locals in the region would give each worker its own, empty, copy).
+  thread_local std::vector<std::vector<uint8_t>> t_quant, t_packed;
+  thread_local std::vector<Prep> t_prep;
+  thread_local std::vector<std::pair<size_t, int64_t>> t_items;  // (job, first row)
+  auto &quant = t_quant, &packed = t_packed;
+  auto& prep = t_prep;
+  auto& items = t_items;
+  if (quant.size() < n) quant.resize(n), packed.resize(n);
+  prep.assign(n, Prep{});
+  items.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const WeightView& w = jobs[i].w;
+    const QuantKernels& kw = kernels(w.type);
+    const TypeInfo& ti = type_info(w.type);
+    if (!kw.vec_dot) fail("matmul: no dot product for weight type %s", ti.name);
+    const GgmlType vt = kw.vec_dot_type;
+    const int64_t block = std::max(ti.block, type_info(vt).block);
+    if (w.ne0 <= 0 || w.ne0 % block != 0)
+      fail("matmul: %s weight with ne0 = %lld (must be a positive multiple of %lld)", ti.name,
+           static_cast<long long>(w.ne0), static_cast<long long>(block));
+    if (w.nb1 < row_size(w.type, w.ne0)) fail("matmul: row stride %zu below the row size", w.nb1);
+    if (w.ne1 <= 0) continue;
+    const size_t xrow = row_size(vt, w.ne0);
+    Prep& p = prep[i];
+    p.xstride = xrow;
+    if (vt == GgmlType::F32) p.q = reinterpret_cast<const uint8_t*>(jobs[i].x);
+    for (size_t j = 0; j < i && !p.q; ++j)
+      if (jobs[j].x == jobs[i].x && kernels(jobs[j].w.type).vec_dot_type == vt) p.q = prep[j].q;
+    if (!p.q) {
+      scratch_size(quant[i], static_cast<size_t>(n_tokens) * xrow);
+      const auto from_float = kernels(vt).from_float;
+      uint8_t* q = quant[i].data();
+      const float* x = jobs[i].x;
+      auto quantize = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) from_float(x + t * w.ne0, q + t * xrow, w.ne0);
+      };
+      if (n_tokens == 1) quantize(0, 1);
+      else pool.parallel_for(n_tokens, quantize);
+      p.q = q;
+    }
+    p.xq = p.q;
+    if (n_tokens == 1) continue;
+    // Register-tiled kernels where the ISA has them (bit-identical to vec_dot); their activation
+    // rows are packed once, shared by all threads. Packing is on the calling thread: it costs well
+    // under 1 % of the product, less than another fork/join when a worker is preempted.
+    p.gk = gemm_kernel(w.type, active_isa());
+    if (p.gk && p.gk->packed_size(w.ne0) > 0) {
+      p.xstride = p.gk->packed_size(w.ne0);
+      scratch_size(packed[i], static_cast<size_t>(n_tokens) * p.xstride);
+      for (int64_t t = 0; t < n_tokens; ++t) p.gk->pack(p.q + t * xrow, packed[i].data() + t * p.xstride, w.ne0);
+      p.xq = packed[i].data();
+    }
+    // Tokens x rows: work items are blocks of rows, handed out dynamically; within one, each
+    // weight row is reused for kTileTokens activation rows at a time.
+    const int64_t rows_fit = std::max<int64_t>(1, kTileWeightBytes / std::max<size_t>(1, w.nb1));
+    const int64_t rows_balance = std::max<int64_t>(1, w.ne1 / (4 * pool.size()));
+    p.rb = std::min(rows_fit, rows_balance);
+    for (int64_t r = 0; r < w.ne1; r += p.rb) items.emplace_back(i, r);
   }
-
-  const auto vec_dot = kw.vec_dot;
-  const auto* wdata = static_cast<const uint8_t*>(w.data);
-  if (n_tokens == 1) {
-    const Matvec mv{w, xq, y};
-    matvec_batch(&mv, 1, 1, pool);
+  if (n_tokens == 1) {  // decode rows, every product in one region
+    thread_local std::vector<Matvec> mv;
+    mv.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (jobs[i].w.ne1 > 0) mv.push_back({jobs[i].w, prep[i].xq, jobs[i].y});
+    matvec_batch(mv.data(), mv.size(), 1, pool);
     return;
   }
-
-  // Register-tiled kernels where the ISA has them (bit-identical to vec_dot); their activation
-  // rows are packed once, shared by all threads. Packing is on the calling thread: it costs well
-  // under 1 % of the product, less than another fork/join when a worker is preempted.
-  const GemmKernel* gk = gemm_kernel(w.type, active_isa());
-  size_t xstride = xrow;
-  if (gk && gk->packed_size(ne0) > 0) {
-    xstride = gk->packed_size(ne0);
-    thread_local std::vector<uint8_t> packed;
-    scratch_size(packed, static_cast<size_t>(n_tokens) * xstride);
-    for (int64_t t = 0; t < n_tokens; ++t) gk->pack(xq + t * xrow, packed.data() + t * xstride, ne0);
-    xq = packed.data();
-  }
-
-  // Tokens x rows: work items are blocks of rows, handed out dynamically; within one, each weight
-  // row is reused for kTileTokens activation rows at a time.
-  const int64_t rows_fit = std::max<int64_t>(1, kTileWeightBytes / std::max<size_t>(1, w.nb1));
-  const int64_t rows_balance = std::max<int64_t>(1, ne1 / (4 * pool.size()));
-  const int64_t rb = std::min(rows_fit, rows_balance);
-  const int64_t n_items = (ne1 + rb - 1) / rb;
+  const int64_t n_items = static_cast<int64_t>(items.size());
   std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
     for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
-      const int64_t r0 = item * rb, r1 = std::min(ne1, r0 + rb);
+      const auto [i, r0] = items[item];
+      const WeightView& w = jobs[i].w;
+      const Prep& p = prep[i];
+      const int64_t r1 = std::min(w.ne1, r0 + p.rb);
+      const auto* wdata = static_cast<const uint8_t*>(w.data);
+      float* y = jobs[i].y;
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
         const int64_t t1 = std::min(n_tokens, t0 + kTileTokens);
-        if (gk) {
-          gk->run(ne0, wdata + r0 * w.nb1, w.nb1, r1 - r0, xq + t0 * xstride, xstride, t1 - t0, y + t0 * ne1 + r0, ne1);
+        if (p.gk) {
+          p.gk->run(w.ne0, wdata + r0 * w.nb1, w.nb1, r1 - r0, p.xq + t0 * p.xstride, p.xstride, t1 - t0,
+                    y + t0 * w.ne1 + r0, w.ne1);
           continue;
         }
+        const auto vec_dot = kernels(w.type).vec_dot;
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* wr = wdata + r * w.nb1;
-          for (int64_t t = t0; t < t1; ++t) vec_dot(ne0, y + t * ne1 + r, wr, xq + t * xrow);
+          for (int64_t t = t0; t < t1; ++t) vec_dot(w.ne0, y + t * w.ne1 + r, wr, p.xq + t * p.xstride);
         }
       }
     }

@@ -21,4 +21,13 @@ struct WeightView {
 // The activations are converted to the weight's vec_dot_type first, as llama.cpp does.
 void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
+// Several products of n_tokens tokens each in one parallel region (fewer fork/joins where each is
+// small: a decode step, the rows of a speculative verify pass). Same bits as matmul() each.
+struct MatmulJob {
+  WeightView w;
+  const float* x;
+  float* y;
+};
+void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool);
+
 }  // namespace k3

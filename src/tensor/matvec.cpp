@@ -14,7 +14,7 @@ namespace {
 // Weight bytes per work chunk: about kChunksPerThread claims per thread in a region, within
 // [kMinChunkBytes, kMaxChunkBytes]. Long contiguous streams per claim pay: on Zen 4 at 2 threads
 // a token's decode ran 30 % (AVX2) and 11 % (AVX-512) faster than with fixed 64 KB chunks
-// (docs/benchmarks.md, "Every CPU"); the pieces are still fine enough that a preempted thread's
+// (docs/performance.md, "Threads and chunks"); the pieces are still fine enough that a preempted thread's
 // share is soon taken over, and a small matrix still splits over the threads.
 constexpr size_t kMinChunkBytes = 64 * 1024, kMaxChunkBytes = 512 * 1024;
 constexpr size_t kChunksPerThread = 4;

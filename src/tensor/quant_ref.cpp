@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "tensor/fp16.h"
+#include "tensor/quant_ref_impl.h"
 
 namespace k3::ref {
 
@@ -59,6 +60,18 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n) {
     case GgmlType::MXFP4_LANES: return dequantize_row_mxfp4_lanes(as<block_mxfp4x8>(x), y, n);
     case GgmlType::IQ4_NL: return dequantize_row_iq4_nl(as<block_iq4_nl>(x), y, n);
     case GgmlType::IQ4_XS: return dequantize_row_iq4_xs(as<block_iq4_xs>(x), y, n);
+    case GgmlType::IQ2_XXS: return dequantize_row_iq2_xxs(as<block_iq2_xxs>(x), y, n);
+    case GgmlType::IQ2_XS: return dequantize_row_iq2_xs(as<block_iq2_xs>(x), y, n);
+    case GgmlType::IQ2_S: return dequantize_row_iq2_s(as<block_iq2_s>(x), y, n);
+    case GgmlType::IQ1_S: return dequantize_row_iq1_s(as<block_iq1_s>(x), y, n);
+    case GgmlType::IQ1_M: return dequantize_row_iq1_m(as<block_iq1_m>(x), y, n);
+    case GgmlType::Q1_0: return dequantize_row_q1_0(as<block_q1_0>(x), y, n);
+    case GgmlType::Q2_0: return dequantize_row_q2_0(as<block_q2_0>(x), y, n);
+    case GgmlType::TQ1_0: return dequantize_row_tq1_0(as<block_tq1_0>(x), y, n);
+    case GgmlType::TQ2_0: return dequantize_row_tq2_0(as<block_tq2_0>(x), y, n);
+    case GgmlType::NVFP4: return dequantize_row_nvfp4(as<block_nvfp4>(x), y, n);
+    case GgmlType::IQ3_XXS: return dequantize_row_iq3_xxs(as<block_iq3_xxs>(x), y, n);
+    case GgmlType::IQ3_S: return dequantize_row_iq3_s(as<block_iq3_s>(x), y, n);
     default: fail("dequantize: type %s is not supported", type_name(t));
   }
 }
@@ -69,15 +82,25 @@ bool can_quantize(GgmlType t) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
     case GgmlType::MXFP4: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
+    case GgmlType::Q1_0: case GgmlType::Q2_0: case GgmlType::TQ1_0: case GgmlType::TQ2_0: case GgmlType::NVFP4:
+    case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
       return true;
     default:
       return false;
   }
 }
 
+bool requires_imatrix(GgmlType t) { return t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ1_S; }
+
+void detail::require_imatrix(GgmlType t, const float* qw) {
+  if (!qw) fail("%s needs an importance matrix: make one with `k3 imatrix` and pass it with --imatrix", type_name(t));
+}
+
 size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
   if (!can_quantize(t)) fail("quantize: type %s cannot be written", type_name(t));
   check_row(t, n_per_row);
+  if (requires_imatrix(t)) detail::require_imatrix(t, imatrix);
   const size_t row_bytes = row_size(t, n_per_row);
   for (int64_t r = 0; r < nrows; ++r) {
     const float* x = src + r * n_per_row;
@@ -101,6 +124,18 @@ size_t quantize_rows(GgmlType t, const float* src, void* dst, int64_t nrows, int
       case GgmlType::MXFP4: quantize_row_mxfp4(x, as<block_mxfp4>(y), n); break;
       case GgmlType::IQ4_NL: quantize_row_iq4_nl(x, as<block_iq4_nl>(y), n, qw); break;
       case GgmlType::IQ4_XS: quantize_row_iq4_xs(x, as<block_iq4_xs>(y), n, qw); break;
+      case GgmlType::IQ2_XXS: quantize_row_iq2_xxs(x, as<block_iq2_xxs>(y), n, qw); break;
+      case GgmlType::IQ2_XS: quantize_row_iq2_xs(x, as<block_iq2_xs>(y), n, qw); break;
+      case GgmlType::IQ2_S: quantize_row_iq2_s(x, as<block_iq2_s>(y), n, qw); break;
+      case GgmlType::IQ1_S: quantize_row_iq1_s(x, as<block_iq1_s>(y), n, qw); break;
+      case GgmlType::IQ1_M: quantize_row_iq1_m(x, as<block_iq1_m>(y), n, qw); break;
+      case GgmlType::Q1_0: quantize_row_q1_0(x, as<block_q1_0>(y), n); break;
+      case GgmlType::Q2_0: quantize_row_q2_0(x, as<block_q2_0>(y), n); break;
+      case GgmlType::TQ1_0: quantize_row_tq1_0(x, as<block_tq1_0>(y), n); break;
+      case GgmlType::TQ2_0: quantize_row_tq2_0(x, as<block_tq2_0>(y), n); break;
+      case GgmlType::NVFP4: quantize_row_nvfp4(x, as<block_nvfp4>(y), n); break;
+      case GgmlType::IQ3_XXS: quantize_row_iq3_xxs(x, as<block_iq3_xxs>(y), n, qw); break;
+      case GgmlType::IQ3_S: quantize_row_iq3_s(x, as<block_iq3_s>(y), n, qw); break;
       default: K3_ASSERT(false);
     }
   }

@@ -1,5 +1,6 @@
-// 4-bit codebook types: MXFP4 (E2M1 codes, E8M0 scale; quant-formats.md §7) and the non-linear
-// IQ4_NL / IQ4_XS (§8). Nibble order as the legacy types: byte j = element j | element j+16 << 4.
+// 4-bit codebook types: MXFP4 (E2M1 codes, E8M0 scale; quant-formats.md §7), NVFP4 (E2M1 codes,
+// UE4M3 scales per 16; docs/formats.md) and the non-linear IQ4_NL / IQ4_XS (§8). Nibble order as the
+// legacy types: byte j = element j | element j+16 << 4 (NVFP4: per 16, elements j and j + 8).
 #include <cmath>
 
 #include "tensor/fp16.h"
@@ -31,6 +32,29 @@ int best_index_mxfp4(float x, float d) {
     }
   }
   return best;
+}
+
+// ---- NVFP4 ----
+
+// ggml's UE4M3 rounding of a scale: x <= 0 (and NaN) gives 0, x is clamped to 448; below 2^-6 the
+// subnormal code round(x·512) (half up, 0 under 1/1024, at most 7), else the 3 mantissa bits
+// rounded half up on the next bit, 0x7E (448) from an exponent of 15 up.
+uint8_t fp32_to_ue4m3(float x) {
+  if (!(x > 0.0f)) return 0;
+  if (x > 448.0f) x = 448.0f;
+  const uint32_t bits = f32_bits(x);
+  int e = static_cast<int>((bits >> 23) & 0xFF) - 127 + 7;
+  if (e <= 0) {
+    const int m = static_cast<int>(x * 512.0f + 0.5f);
+    return static_cast<uint8_t>(m < 1 ? 0 : m > 7 ? 7 : m);
+  }
+  if (e >= 15) return 0x7E;
+  int m = static_cast<int>((bits >> 20) & 7) + static_cast<int>((bits >> 19) & 1);
+  if (m > 7) {
+    m = 0;
+    if (++e >= 15) return 0x7E;
+  }
+  return static_cast<uint8_t>(e << 3 | m);
 }
 
 // ---- IQ4 ----
@@ -139,6 +163,17 @@ void dequantize_row_mxfp4_lanes(const block_mxfp4x8* x, float* y, int64_t n) {
     }
 }
 
+void dequantize_row_nvfp4(const block_nvfp4* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_NVFP4; ++i)
+    for (int s = 0; s < 4; ++s, y += 16) {
+      const float d = ue4m3_to_fp32_half(x[i].d[s]);
+      for (int j = 0; j < 8; ++j) {
+        y[j] = kvalues_mxfp4[x[i].qs[8 * s + j] & 15] * d;
+        y[j + 8] = kvalues_mxfp4[x[i].qs[8 * s + j] >> 4] * d;
+      }
+    }
+}
+
 void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK; ++i, y += QK) {
     const float d = fp16_to_fp32(x[i].d);
@@ -178,6 +213,19 @@ void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n) {
     for (int j = 0; j < QK; ++j) L[j] = static_cast<uint8_t>(best_index_mxfp4(x[j], d));
     pack_nibbles(L, y[i].qs);
   }
+}
+
+// Per 16 elements: the scale UE4M3(max |x| / 6), codes the nearest E2M1 values under it.
+void quantize_row_nvfp4(const float* x, block_nvfp4* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_NVFP4; ++i)
+    for (int s = 0; s < 4; ++s, x += 16) {
+      float amax = 0;
+      for (int j = 0; j < 16; ++j) amax = amax < std::fabs(x[j]) ? std::fabs(x[j]) : amax;
+      y[i].d[s] = fp32_to_ue4m3(amax / 6.0f);
+      const float d = ue4m3_to_fp32_half(y[i].d[s]);
+      for (int j = 0; j < 8; ++j)
+        y[i].qs[8 * s + j] = static_cast<uint8_t>(best_index_mxfp4(x[j], d) | best_index_mxfp4(x[j + 8], d) << 4);
+    }
 }
 
 void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n, const float* qw) {

@@ -11,6 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
+
+#include "tensor/types.h"
 
 namespace k3::ref::detail {
 
@@ -56,5 +60,47 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L);
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L, const float* qw);
 // Non-negative values (sub-block scales or mins) to L in [0, nmax] under weights qw.
 float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* qw);
+
+// The search structure of a lattice type's grid (docs/formats.md, "Lattice quantizer search"). The
+// quantizers round each group of 8 values to levels 0-2 and name the pattern by u = sum of
+// level_i << 2i. A pattern on the grid has its entry; any other has its neighbours, the entries at
+// the `nwant` smallest squared distances from it (IQ2_XXS, IQ2_XS: 2; IQ2_S: 1; IQ1_S, IQ1_M: 3),
+// in order of distance, then index. Distances are between the points 2·level + 1.
+class Lattice {
+ public:
+  Lattice(const uint16_t* levels, int size, int nwant);
+  // The grid index of pattern u, or -1 when it is not on the grid.
+  int index(uint16_t u) const { return map_[u]; }
+  std::span<const uint16_t> neighbours(uint16_t u) const {
+    const uint32_t b = first_[u];
+    return {neigh_.data() + b, first_[u + 1] - b};
+  }
+  // Level (0-2) of value i of entry k.
+  int level(int k, int i) const { return (levels_[k] >> (2 * i)) & 3; }
+  // The neighbour of off-grid pattern u nearest to x under weights w at `scale`, level l standing
+  // for value[l]; writes its levels to L and returns its index. Ties keep the earlier neighbour.
+  int nearest_neighbour(uint16_t u, const float* x, const float* w, float scale, const float* value, int8_t* L) const;
+  int size() const { return size_; }
+
+ private:
+  static constexpr int kPatterns = 1 << 16;
+  const uint16_t* levels_;
+  int size_;
+  std::vector<int32_t> map_;
+  std::vector<uint32_t> first_;  // neighbours of u: neigh_[first_[u] .. first_[u + 1])
+  std::vector<uint16_t> neigh_;
+};
+// The lattice of IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S or IQ1_M, built on first use (thread-safe).
+const Lattice& lattice(GgmlType t);
+
+// Throws k3::Error naming t and `k3 imatrix` when qw is null (types that need an importance matrix).
+void require_imatrix(GgmlType t, const float* qw);
+
+// Pattern code of 8 levels.
+inline uint16_t lattice_code(const int8_t* L) {
+  uint16_t u = 0;
+  for (int i = 0; i < 8; ++i) u = static_cast<uint16_t>(u | L[i] << (2 * i));
+  return u;
+}
 
 }  // namespace k3::ref::detail

@@ -15,6 +15,24 @@ enum : int32_t { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, 
 // Tensor type ids used by the tests, with their block layout (quant-formats.md).
 enum : int32_t { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_I8 = 24, T_BF16 = 30, T_MXFP4 = 39 };
 
+// The i-quant, ternary, 1-bit and NVFP4 types (docs/formats.md), each in the hostile cases and
+// the valid seed files; one line a type.
+struct LowBitType {
+  int32_t id;
+  const char* name;
+  int64_t block;
+  uint64_t bytes;
+};
+inline constexpr LowBitType kLowBitTypes[] = {
+    {18, "iq3_xxs", 256, 98}, {21, "iq3_s", 256, 110}, {34, "tq1_0", 256, 54}, {35, "tq2_0", 256, 66},
+    {40, "nvfp4", 64, 36},    {41, "q1_0", 128, 18},   {42, "q2_0", 64, 18},
+    {16, "iq2_xxs", 256, 66},
+    {17, "iq2_xs", 256, 74},
+    {22, "iq2_s", 256, 82},
+    {19, "iq1_s", 256, 50},
+    {29, "iq1_m", 256, 56},
+};
+
 inline bool block_of(int32_t type, int64_t* block, uint64_t* bytes) {
   struct B {
     int32_t t;
@@ -26,6 +44,12 @@ inline bool block_of(int32_t type, int64_t* block, uint64_t* bytes) {
   for (const B& b : table)
     if (b.t == type) {
       *block = b.blk;
+      *bytes = b.bytes;
+      return true;
+    }
+  for (const LowBitType& b : kLowBitTypes)
+    if (b.id == type) {
+      *block = b.block;
       *bytes = b.bytes;
       return true;
     }

@@ -46,7 +46,14 @@ std::vector<CaseFile> valid_files() {
   out.push_back({"align64.gguf", aligned.build()});
   auto parts = split_docs();
   for (size_t i = 0; i < parts.size(); ++i) out.push_back({kSplitNames[i], parts[i].build()});
+  out.push_back({"lowbit.gguf", lowbit_doc().build()});
   return out;
+}
+
+Doc lowbit_doc() {
+  Doc d = base_doc();
+  for (const LowBitType& t : kLowBitTypes) d.add(std::string("w_") + t.name, t.id, {t.block, 2});
+  return d;
 }
 
 std::vector<Case> hostile_cases() {
@@ -168,6 +175,24 @@ std::vector<Case> hostile_cases() {
         t.ne = {33, 2};
       },
       1);
+  // The i-quant, ternary, 1-bit and NVFP4 types: a row their block does not divide, data cut short.
+  for (const LowBitType& lt : kLowBitTypes) {
+    const std::string name = lt.name;
+    tensor(
+        "ne0_not_block_multiple_" + name,
+        "tensor 'b' (" + name + ") has ne[0] = " + std::to_string(lt.block / 2) + ", not a multiple of the block size " +
+            std::to_string(lt.block),
+        [&](TensorDef& t) {
+          t.type = lt.id;
+          t.ne = {lt.block / 2, 2};
+        },
+        1);
+    Doc d = base_doc();
+    d.tensors[1] = TensorDef{"b", lt.id, {lt.block, 2}, {}, {}, std::vector<uint8_t>(2 * lt.bytes, 0x5A)};
+    std::vector<uint8_t> b = d.build();
+    b.resize(d.tensor_start[1] + lt.bytes + 3);
+    add("trunc_data_" + name, "tensor 'b' data at file offset", std::move(b));
+  }
   tensor("retired_type", "tensor 'a' has unknown type id 4", [](TensorDef& t) { t.type = 4; });
   tensor(
       "unknown_type", "tensor 'c' has unknown type id 1000", [](TensorDef& t) { t.type = 1000; }, 2);

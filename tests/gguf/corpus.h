@@ -25,6 +25,8 @@ struct Case {
 Doc base_doc();
 // A valid three-part split set s-0000N-of-00003.gguf with one tensor per part.
 std::vector<Doc> split_docs();
+// base_doc plus a tensor of every type of kLowBitTypes.
+Doc lowbit_doc();
 std::vector<CaseFile> valid_files();
 std::vector<Case> hostile_cases();
 

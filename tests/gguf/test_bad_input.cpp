@@ -123,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(Corpus, Hostile, testing::Range(size_t{0}, cases().size
 TEST(GgufBadInput, ValidFilesPassEveryDriver) {
   TempDir dir;
   for (const CaseFile& f : valid_files()) save(dir / f.name, f.bytes);
-  for (const char* name : {"base.gguf", "empty.gguf", "align64.gguf", "s-00001-of-00003.gguf"}) {
+  for (const char* name : {"base.gguf", "empty.gguf", "align64.gguf", "s-00001-of-00003.gguf", "lowbit.gguf"}) {
     for (const std::string& exe : {bin_path("k3"), bin_path("gguf_check_asan")}) {
       RunResult r = run({exe, "info", dir / name}, exe.ends_with("k3") ? kAddressLimit : 0);
       EXPECT_EQ(r.exit_code, 0) << exe << " " << name << "\n" << r.err;

@@ -93,7 +93,9 @@ TEST(GgufReference, RejectsWhatK3Rejects) {
     TempDir dir;
     for (const CaseFile& f : c.files) save(dir / f.name, f.bytes);
     void* ctx = ref.init((dir / c.files[0].name).c_str(), {true, nullptr});
-    EXPECT_EQ(ctx == nullptr, !k3_only.count(c.id)) << "the reference reader disagrees on " << c.id;
+    // trunc_data_TYPE: the same truncation with a tensor of each low-bit type
+    const bool strict = k3_only.count(c.id) || c.id.starts_with("trunc_data_");
+    EXPECT_EQ(ctx == nullptr, !strict) << "the reference reader disagrees on " << c.id;
     if (ctx) ref.free(ctx);
   }
 }

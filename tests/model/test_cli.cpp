@@ -150,12 +150,25 @@ TEST(Cli, RunTextPromptAndSampling) {
   EXPECT_EQ(json::parse(a)["ids"].size(), 8u);
 }
 
+// The main job: stdout and stderr merged into one stream (a pipe, like `> log 2>&1`) keep the
+// generated text and every message on lines of their own, whatever bytes the random model writes.
 TEST(Cli, RunBuiltinModel) {
   const std::string cache = temp_path("xdg");
+  const std::string run = "XDG_CACHE_HOME=" + cache + " " + k3_bin() + " run -t 1 -p 'The quick brown fox' ";
+  auto own_line = [](const std::string& out, const std::string& msg) {
+    const size_t at = out.find(msg);
+    return at != std::string::npos && (at == 0 || out[at - 1] == '\n');
+  };
   std::string out;
-  ASSERT_EQ(run_cmd("XDG_CACHE_HOME=" + cache + " " + k3_bin() + " run -n 4 --temp 0 -t 1", &out), 0) << out;
+  ASSERT_EQ(run_cmd(run + "-n 16", &out), 0) << out;
   EXPECT_NE(out.find("RANDOM"), std::string::npos) << out;
+  EXPECT_NE(out.find("k3 run -m MODEL.gguf"), std::string::npos) << out;  // how to run a real one
+  EXPECT_TRUE(own_line(out, "k3 run: prompt ")) << out;
   EXPECT_TRUE(std::filesystem::exists(cache + "/k3/synthetic-tiny-v1.gguf"));
+  // Stopped by the context size: the text ends its line before the message, then the statistics.
+  ASSERT_EQ(run_cmd(run + "-n 64 -c 20 --ignore-eos", &out), 0) << out;
+  EXPECT_TRUE(own_line(out, "k3 run: context size 20 reached")) << out;
+  EXPECT_TRUE(own_line(out, "k3 run: prompt ")) << out;
 }
 
 // Streaming experts (--expert-cache): the same greedy ids at the smallest cache, a routing trace

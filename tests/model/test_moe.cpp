@@ -1,6 +1,7 @@
-// The routed experts' one-token path (one region for the gate/up rows of all selected experts, one
-// for their downs) against the grouped multi-token path: a batch of copies of one token goes
-// through the per-expert products, and every copy must match the single-token result.
+// The routed experts' few-row path (a decode step or a verify pass of up to 16 rows: one region for
+// the gate/up rows of every (row, expert) pair, one for their downs) against the grouped path of
+// longer batches (one product per expert over its rows): each of 20 different rows, alone, among the
+// first 4 and among all 20, must give the same result.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,33 +21,39 @@ void check(const model::SynthOptions& o, const char* name, int threads) {
   const model::HParams& hp = m->hparams();
   ThreadPool pool(threads);
   model::Ctx ctx{pool, model::F16Rule::Round};
-  const int64_t H = hp.n_embd, T = 3;
+  const int64_t H = hp.n_embd, T = 20, T_few = 4;  // 20 > the few-row path's 16
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   int n_moe = 0;
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     if (hp.ffn_kind(il) != model::FfnKind::MoE) continue;
     ++n_moe;
-    std::vector<float> x(H), xs(T * H), one(H), many(T * H);
-    for (float& v : x) v = nd(rng);
-    for (int64_t t = 0; t < T; ++t) std::copy(x.begin(), x.end(), xs.begin() + t * H);
-    model::moe_forward(ctx, hp, m->weights().layers[il], il, x.data(), 1, one.data());
-    model::moe_forward(ctx, hp, m->weights().layers[il], il, xs.data(), T, many.data());
+    const model::LayerWeights& w = m->weights().layers[il];
+    std::vector<float> xs(T * H), one(T * H), few(T_few * H), many(T * H);
+    for (float& v : xs) v = nd(rng);
+    for (int64_t t = 0; t < T; ++t) model::moe_forward(ctx, hp, w, il, &xs[t * H], 1, &one[t * H]);
+    model::moe_forward(ctx, hp, w, il, xs.data(), T_few, few.data());
+    model::moe_forward(ctx, hp, w, il, xs.data(), T, many.data());
     double scale = 0;
     for (float v : one) scale = std::max(scale, static_cast<double>(std::fabs(v)));
     ASSERT_GT(scale, 0.0);
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < H; ++i)
-        ASSERT_NEAR(many[t * H + i], one[i], 1e-6 * scale) << name << " layer " << il << " copy " << t << " " << i;
+      for (int64_t i = 0; i < H; ++i) {
+        const float ref = one[t * H + i];
+        ASSERT_NEAR(many[t * H + i], ref, 1e-6 * scale) << name << " layer " << il << " row " << t << " " << i;
+        if (t < T_few) {
+          ASSERT_NEAR(few[t * H + i], ref, 1e-6 * scale) << name << " layer " << il << " row " << t << " " << i;
+        }
+      }
   }
   EXPECT_GT(n_moe, 0) << name;
 }
 
-TEST(Moe, OneTokenPathMatchesGroupedPath) {
+TEST(Moe, FewRowPathMatchesGroupedPath) {
   check(config_c(1e-5f), "moe_c", 1);  // MXFP4 experts
   check(config_d(1e-5f), "moe_d", 2);  // q8_0
   check(config_a(1e-5f), "moe_a", 3);  // f32
-  // Experts large enough (139 KB per MXFP4 matrix) that the one-token regions are cut into several
+  // Experts large enough (139 KB per MXFP4 matrix) that the few-row regions are cut into several
   // chunks, claimed by worker threads.
   model::SynthOptions big = config_c(1e-5f);
   big.n_embd = 256;

@@ -90,6 +90,16 @@ TEST(Registry, FallbackTypes) {
   EXPECT_EQ(fallback_type(GgmlType::Q6_K, 128), GgmlType::Q8_0);
   EXPECT_EQ(fallback_type(GgmlType::Q4_K, 512), GgmlType::Q4_K);
   EXPECT_EQ(fallback_type(GgmlType::Q8_0, 48), GgmlType::F16);
+  // docs/formats.md: llama-quantize's Q4_0 for the 2-bit and ternary types, IQ4_NL for IQ3; k3's
+  // Q4_0 for Q1_0 and MXFP4 for NVFP4 (llama-quantize has none); F16 where the fallback fits no better.
+  for (GgmlType t : {GgmlType::Q2_0, GgmlType::TQ1_0, GgmlType::TQ2_0, GgmlType::Q1_0})
+    EXPECT_EQ(fallback_type(t, 96), GgmlType::Q4_0) << type_name(t);
+  EXPECT_EQ(fallback_type(GgmlType::Q1_0, 128), GgmlType::Q1_0);
+  EXPECT_EQ(fallback_type(GgmlType::IQ3_XXS, 160), GgmlType::IQ4_NL);
+  EXPECT_EQ(fallback_type(GgmlType::IQ3_S, 128), GgmlType::IQ4_NL);
+  EXPECT_EQ(fallback_type(GgmlType::NVFP4, 96), GgmlType::MXFP4);
+  EXPECT_EQ(fallback_type(GgmlType::NVFP4, 64), GgmlType::NVFP4);
+  EXPECT_EQ(fallback_type(GgmlType::NVFP4, 48), GgmlType::F16);
   size_t n = 0;
   const TensorDef* defs = tensor_defs(&n);
   std::string why;

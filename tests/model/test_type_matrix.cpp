@@ -24,9 +24,11 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -153,47 +155,63 @@ Rows read_rows(const std::string& path, size_t n, int32_t n_vocab) {
   return r;
 }
 
-// k3 (every kernel set this CPU has, the model loaded and repacked at that level as k3's commands
-// do: Q2_K sums in llama.cpp's AVX-512 order there) against llama.cpp's logits of `file`
-// (type_matrix.mjs wrote them, batch and incremental): the closest pair within 1e-3 + 4 x the larger of llama.cpp's
-// batch-vs-incremental spread and k3's spread over its kernel sets, at every position, and at every
-// position the same top-1 as llama.cpp's batch unless its two best logits lie within that bound.
-void expect_agreement(const std::string& file, int32_t n_vocab, const std::vector<int32_t>& ids, const std::string& what,
-                      const char* tag) {
-  const Rows lb = read_rows(file + ".batch.logits", ids.size(), n_vocab);
+// k3 against llama.cpp on one file (type_matrix.mjs wrote llama.cpp's logits, batch and
+// incremental): k3 at every kernel set this CPU has, the model loaded and repacked at that level as
+// k3's commands do (Q2_K sums in llama.cpp's AVX-512 order there); the closest pair of one of k3's
+// sets and one of llama.cpp's two evaluations, and the bound 1e-3 + 4 x the larger spread (the
+// header says why); k3's rows at every set for further checks.
+struct Agree {
+  double best = INFINITY, tol = 0;
+  std::vector<Rows> by_isa;  // the last: the best ISA's
+  Rows llama_batch;
+  std::string line;
+};
+
+Agree agree_with_llama(const std::string& file, int32_t n_vocab, const std::vector<int32_t>& ids) {
+  Agree a;
+  a.llama_batch = read_rows(file + ".batch.logits", ids.size(), n_vocab);
   const Rows li = read_rows(file + ".incremental.logits", ids.size(), n_vocab);
-  double best = INFINITY, k3_spread = 0;
-  const double llama_spread = max_abs_diff(lb, li);
-  std::vector<Rows> by_isa;
+  double k3_spread = 0;
+  const double llama_spread = max_abs_diff(a.llama_batch, li);
   std::string per_isa;
   for (Isa isa : kAllIsas) {
     if (!isa_supported(isa)) continue;
     set_isa(isa);
     const std::unique_ptr<model::Model> m = model::Model::load(file);
     m->repack_weights();
-    by_isa.push_back(k3_logits(*m, ids, 0));
-    const double d = std::min(max_abs_diff(by_isa.back(), lb), max_abs_diff(by_isa.back(), li));
-    best = std::min(best, d);
-    k3_spread = std::max(k3_spread, max_abs_diff(by_isa.back(), by_isa.front()));
+    a.by_isa.push_back(k3_logits(*m, ids, 0));
+    const double d = std::min(max_abs_diff(a.by_isa.back(), a.llama_batch), max_abs_diff(a.by_isa.back(), li));
+    a.best = std::min(a.best, d);
+    k3_spread = std::max(k3_spread, max_abs_diff(a.by_isa.back(), a.by_isa.front()));
     per_isa += strprintf(" %s %.2g", isa_name(isa), d);
   }
   set_isa(cpu_best_isa());
-  const double tol = 1e-3 + 4 * std::max(llama_spread, k3_spread);
-  int near_ties = 0;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    const std::vector<float>& ref = lb.rows[t];
-    std::vector<float> top(ref);
-    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-    if (top[0] - top[1] <= tol) {
-      ++near_ties;
+  a.tol = 1e-3 + 4 * std::max(llama_spread, k3_spread);
+  a.line = strprintf("k3 vs llama.cpp %.3g (%s; spread llama %.2g, k3 %.2g; bound %.3g)", a.best, per_isa.c_str() + 1,
+                     llama_spread, k3_spread, a.tol);
+  return a;
+}
+
+// At every position whose two best llama.cpp batch logits are more than 2 x the bound apart, every
+// kernel set of k3 picks llama.cpp's top-1. Returns the near ties skipped.
+int expect_same_top1(const Agree& a, const std::string& what) {
+  int ties = 0;
+  for (size_t t = 0; t < a.llama_batch.rows.size(); ++t) {
+    const std::vector<float>& l = a.llama_batch.rows[t];
+    std::vector<float> sorted = l;
+    std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
+    if (sorted[0] - sorted[1] <= 2 * a.tol) {
+      ++ties;
       continue;
     }
-    const auto argmax = [](const std::vector<float>& r) { return std::max_element(r.begin(), r.end()) - r.begin(); };
-    for (const Rows& k : by_isa) EXPECT_EQ(argmax(k.rows[t]), argmax(ref)) << what << ": top-1 at position " << t;
+    const size_t top = std::max_element(l.begin(), l.end()) - l.begin();
+    for (const Rows& k : a.by_isa) {
+      const size_t mine = std::max_element(k.rows[t].begin(), k.rows[t].end()) - k.rows[t].begin();
+      EXPECT_EQ(top, mine) << what << ": position " << t << ": llama.cpp's top-1 " << top << " (margin "
+                           << sorted[0] - sorted[1] << "), k3's " << mine;
+    }
   }
-  std::printf("[%s] %-21s both run; k3 vs llama.cpp %.3g (%s; spread llama %.2g, k3 %.2g; bound %.3g; %d near ties)\n",
-              tag, what.c_str(), best, per_isa.c_str() + 1, llama_spread, k3_spread, tol, near_ties);
-  EXPECT_LE(best, tol) << what;
+  return ties;
 }
 
 class TypeMatrix : public ::testing::TestWithParam<Class> {};
@@ -253,7 +271,10 @@ TEST_P(TypeMatrix, K3AgreesWithLlamaCpp) {
     }
     ++ran;
     ASSERT_TRUE(m) << cls.name << " " << type << ": llama.cpp runs the file but k3 refuses it: " << k3_error;
-    expect_agreement(file, m->n_vocab(), ids, std::string(cls.name) + " " + type, "types");
+    const Agree a = agree_with_llama(file, m->n_vocab(), ids);
+    const int ties = expect_same_top1(a, std::string(cls.name) + " " + type);
+    std::printf("[types] %-14s %-6s both run; %s; %d near ties\n", cls.name, type.c_str(), a.line.c_str(), ties);
+    EXPECT_LE(a.best, a.tol) << cls.name << " " << type;
   }
   std::printf("[types] %s: %d types computed by both, %d refused by both, %d run by k3 only (llama.cpp's AMX defect); %s\n",
               cls.name, ran, refused, amx, cpu_family().c_str());
@@ -261,5 +282,91 @@ TEST_P(TypeMatrix, K3AgreesWithLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Classes, TypeMatrix, ::testing::ValuesIn(kClasses),
                          [](const auto& info) { return std::string(info.param.name); });
+
+
+// ---- files as llama.cpp's tools write them -------------------------------------------------------
+//
+// The same model in F32, its tensors quantized by ggml's own ggml_quantize_chunk (with a synthetic
+// importance matrix) and written by gguf-py (tests/node/ggml_gguf.py): each type on the routed
+// experts and, where its line says so, on every matrix of the trunk whose row length the block
+// divides (the rest stay F32). One line a type. k3 must load the file and agree with llama.cpp on it within the
+// bound above, pick llama.cpp's top-1 token at every position that is not a near tie (the top two
+// of llama.cpp's logits within 2 x the bound), and give the same bits when the experts stream from
+// disk (k3 logits --expert-cache 1: one expert in memory at a time) as when they are mapped.
+struct GgmlCase {
+  const char* type;
+  bool trunk;  // also on the trunk
+};
+const GgmlCase kGgmlTypes[] = {
+    {"q1_0", true}, {"q2_0", true}, {"tq1_0", true}, {"tq2_0", true}, {"nvfp4", true}, {"iq3_xxs", true}, {"iq3_s", true},
+    {"iq2_xxs", true},
+    {"iq2_xs", false},
+    {"iq2_s", false},
+    {"iq1_s", true},
+    {"iq1_m", false},
+};
+
+const char* kTrunk =
+    "^(token_embd|output)\\.weight$|\\.(attn_[qkv]|ssm_g|ssm_f_a|ssm_f_b|ssm_beta|attn_output|attn_q_a|attn_q_b|"
+    "attn_kv_a_mqa|attn_gate|attn_k_b|attn_v_b|ffn_gate|ffn_up|ffn_down|ffn_routed_down|ffn_routed_up|"
+    "ffn_gate_shexp|ffn_up_shexp|ffn_down_shexp)\\.weight$";
+
+std::string k3_bin() {
+  const char* d = std::getenv("K3_BIN_DIR");
+  return std::string(d ? d : K3_BIN_DIR_FALLBACK) + "/k3";
+}
+
+std::string k3_logits_cli(const std::string& file, const std::string& ids, const std::string& flags) {
+  const std::string out = file + ".k3" + std::to_string(std::hash<std::string>{}(flags)) + ".json";
+  std::string log;
+  EXPECT_EQ(run_cmd(k3_bin() + " logits -t 1 -m " + file + " --ids " + ids + " " + flags + " --out " + out, &log), 0) << log;
+  std::ifstream f(out);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+class TypeMatrixGgml : public ::testing::TestWithParam<GgmlCase> {};
+
+TEST_P(TypeMatrixGgml, K3AgreesWithLlamaCppOnGgmlFiles) {
+  const GgmlCase& gt = GetParam();
+  const std::vector<int32_t> ids = {1, 72, 101, 260, 33, 7, 119, 200, 42, 3, 88, 150};
+  std::string ids_csv;
+  for (int32_t i : ids) ids_csv += (ids_csv.empty() ? "" : ",") + std::to_string(i);
+  nlohmann::json plan = {{"ids", ids}, {"eps", 0.5}, {"cases", nlohmann::json::array()}};
+  for (const auto& [where, regex] : {std::pair{"experts", "_exps\\.weight$"}, std::pair{"trunk", kTrunk}}) {
+    if (std::string(where) == "trunk" && !gt.trunk) continue;
+    plan["cases"].push_back({{"name", where},
+                             {"file", temp_path(std::string("ggml_") + gt.type + "_" + where + ".gguf")},
+                             {"writer", "ggml"},
+                             {"tensorTypes", nlohmann::json::array({nlohmann::json::array({regex, gt.type})})}});
+  }
+  const auto llama = run_llama(plan);
+  for (const auto& c : plan["cases"]) {
+    const std::string where = c["name"], file = c["file"];
+    const std::string what = std::string(gt.type) + " on the " + where;
+    auto it = llama.find(where);
+    ASSERT_NE(it, llama.end()) << what << ": no llama.cpp result";
+    ASSERT_TRUE(it->second.ok) << what << ": llama.cpp cannot run ggml's file: " << it->second.error;
+    size_t n_typed = 0;
+    const gguf::Model g = gguf::Model::open(file);
+    for (const gguf::TensorInfo* ti : g.tensors()) n_typed += std::string(type_name(ti->type)) == gt.type;
+    ASSERT_GT(n_typed, 0u) << what << ": the file holds no tensor of the type";
+    std::unique_ptr<model::Model> m;
+    try {
+      m = model::Model::load(file);
+    } catch (const Error& e) {
+      FAIL() << what << ": k3 refuses the file: " << e.what();
+    }
+    const Agree a = agree_with_llama(file, m->n_vocab(), ids);
+    EXPECT_LE(a.best, a.tol) << what;
+    const int ties = expect_same_top1(a, what);
+    EXPECT_EQ(k3_logits_cli(file, ids_csv, "--expert-cache off"), k3_logits_cli(file, ids_csv, "--expert-cache 1"))
+        << what << ": streamed experts give other logits than mapped ones";
+    std::printf("[ggml] %-8s %-7s %zu tensors; %s; top-1 checked at %zu of %zu positions (near ties %d); streamed == mapped\n",
+                gt.type, where.c_str(), n_typed, a.line.c_str(), ids.size() - ties, ids.size(), ties);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, TypeMatrixGgml, ::testing::ValuesIn(kGgmlTypes),
+                         [](const auto& info) { return std::string(info.param.type); });
 
 }  // namespace

@@ -1,15 +1,19 @@
 #!/usr/bin/env node
 // Writes kimi-k3 files with the independent writer (tests/node/make_tiny_kimi_k3.mjs, --wide
 // shapes, 3 layers: KDA + dense FFN, KDA + MoE, MLA + MoE) and runs llama.cpp (node-llama-cpp 3.22.1) on each, for test_type_matrix.cpp.
+// A case with "writer": "ggml" is written as llama.cpp's tools write files instead: the same model in
+// F32 (FILE.src.gguf), its tensors quantized by ggml and written by gguf-py (tests/node/ggml_gguf.py,
+// first matching rule wins, a synthetic importance matrix for every quantized tensor).
 //
 // usage: node type_matrix.mjs PLAN.json RESULTS.jsonl
-// PLAN: {"ids": [...], "eps": 0.5, "cases": [{"name", "file", "tensorTypes": [[regex, type], ...]}]}
+// PLAN: {"ids": [...], "eps": 0.5, "cases": [{"name", "file", "tensorTypes": [[regex, type], ...], "writer"?}]}
 // For every case, in order, RESULTS gets a line {"start": name} before llama.cpp runs, and
 // {"name", "ok", "unfit": [...], "error"} after; with ok, the logits of every position go to
 // FILE.batch.logits (the prompt in one batch) and FILE.incremental.logits (one token per
 // decode), raw f32, rows x n_vocab. A case that makes llama.cpp abort leaves its "start" line
 // without an end: the caller reruns the plan from the next case.
 import fs from "node:fs";
+import { execFileSync } from "node:child_process";
 import { writeGguf } from "../node/gguf_write.mjs";
 import { tinyKimiK3Desc, WIDE } from "../node/make_tiny_kimi_k3.mjs";
 
@@ -33,10 +37,19 @@ const llama = await getLlama({
 const item = (t) => [t, { generateNext: { logits: true, options: { temperature: 0, seed: 0 } } }];
 
 for (const c of plan.cases) {
+    const ggml = c.writer === "ggml";
     const desc = tinyKimiK3Desc({
-        ...WIDE, kv: [0, 0, 1], eps: plan.eps, seed: 3, tensorTypes: c.tensorTypes.map(([re, ty]) => [new RegExp(re), ty])
+        ...WIDE, kv: [0, 0, 1], eps: plan.eps, seed: 3, tensorTypes: ggml ? [] : c.tensorTypes.map(([re, ty]) => [new RegExp(re), ty])
     });
-    writeGguf(c.file, desc);
+    if (ggml) {
+        writeGguf(`${c.file}.src.gguf`, desc);
+        const script = new URL("../node/ggml_gguf.py", import.meta.url).pathname;
+        const rules = c.tensorTypes.flatMap(([re, ty]) => ["--tensor-type", `${re}=${ty}`]);
+        const res = execFileSync("/usr/bin/python3", [script, `${c.file}.src.gguf`, c.file, ...rules, "--imatrix-synthetic", "1"]);
+        desc.unfit = JSON.parse(res.toString()).unfit;
+    } else {
+        writeGguf(c.file, desc);
+    }
     line({ start: c.name });
     errors.length = 0;
     let model = null, ctx = null;

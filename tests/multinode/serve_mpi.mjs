@@ -21,8 +21,7 @@ const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROO
 // Starts a server (cmd: the program and its arguments before `serve`); resolves once it listens.
 function start(cmd) {
   return new Promise((resolve, reject) => {
-    // The prompt cache is off under mpirun (it would copy only the leader's share of a state), so the
-    // one-process server runs without it too and the usage fields agree.
+    // Both without the prompt cache, so the usage fields agree (cache_mpi.mjs tests it under mpirun).
     const args = [...cmd.slice(1), "serve", "-m", modelPath, "--mmproj", mmproj, "--host", "127.0.0.1", "--port", "0",
                   "-t", "1", "-P", "2", "--cache-ram", "0"];
     const proc = spawn(cmd[0], args, { stdio: ["ignore", "ignore", "pipe"], env });

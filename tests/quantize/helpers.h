@@ -15,6 +15,7 @@
 
 #include "gguf/writer.h"
 #include "model/synthetic.h"
+#include "quantize/imatrix.h"
 #include "support/temp_dir.h"
 
 namespace k3::qtest {
@@ -75,6 +76,27 @@ inline void write_eval_model(const std::string& out, double sigma, model::SynthO
     w.finish();
   }
   std::filesystem::remove(tmp);
+}
+
+// An importance matrix for every matrix product of m: random positive column sums for each 2-D or
+// 3-D weight but token_embd (looked up, not multiplied, so no imatrix covers it). The lattice types
+// ggml writes only with one (IQ2_XXS, IQ2_XS, IQ1_S) quantize with it in the tests.
+inline quant::Imatrix synthetic_imatrix(const gguf::Model& m, uint32_t seed = 3) {
+  quant::Imatrix im;
+  im.datasets = {"synthetic"};
+  im.chunk_count = 1, im.chunk_size = 1;
+  im.path = "synthetic.imatrix";
+  std::mt19937 g(seed);
+  std::exponential_distribution<double> ed(1.0);
+  for (const auto* t : m.tensors()) {
+    if (t->n_dims < 2 || t->name == "token_embd.weight") continue;
+    const int64_t n_mat = t->n_dims >= 3 ? t->ne[2] * t->ne[3] : 1;
+    quant::ImatrixEntry e{t->ne[0], n_mat, std::vector<double>(static_cast<size_t>(t->ne[0] * n_mat)),
+                          std::vector<double>(static_cast<size_t>(n_mat), 10.0)};
+    for (double& v : e.sums) v = 10.0 * ed(g);
+    im.entries[t->name] = std::move(e);
+  }
+  return im;
 }
 
 struct RunResult {

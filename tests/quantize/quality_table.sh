@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Reproduces the quality table of docs/quantization.md: every type and recipe on the same synthetic
-# Kimi-K3, without and with an importance matrix collected on a different text.
+# Kimi-K3, without and with an importance matrix collected on a different text, and after each
+# +imatrix row the mix `--target-size` picks for that file's exact size.
 # usage: tests/quantize/quality_table.sh BUILD_DIR WORK_DIR [TYPES...]
 set -euo pipefail
-B=${1:?build dir}; W=${2:?work dir}; shift 2
+B=$(cd "${1:?build dir}" && pwd); W=${2:?work dir}; shift 2
 TYPES=${*:-"Q8_0 Q6_K Q5_K Q4_K IQ4_XS Q4_0 MXFP4 Q3_K Q2_K MXFP4_MOE Q4_K_K3 Q3_K_K3 Q2_K_K3"}
 K3=$B/bin/k3
 PPL="-c 128 --chunks 16 -t 2 -q"
@@ -26,9 +27,22 @@ python3 -c "import json; p=json.load(open('ev-ppl.json')); print('| F32 (referen
 for T in $TYPES; do
   for IM in "" "--imatrix ev.imatrix"; do
     tag=$T${IM:+ +imatrix}; f=ev-$T${IM:+-im}
-    "$K3" quantize ev.gguf $f.gguf $T $IM --stats-imatrix ev.imatrix --report $f.json -q >/dev/null
+    if ! "$K3" quantize ev.gguf $f.gguf $T $IM --stats-imatrix ev.imatrix --report $f.json -q >/dev/null 2>$f.err; then
+      grep -q "needs an importance matrix" $f.err || { cat $f.err >&2; exit 1; }
+      continue  # ggml quantizes this type only with an importance matrix
+    fi
     "$K3" perplexity -m $f.gguf -f eval.txt $PPL --kl-base ev.kl --json $f-ppl.json >/dev/null 2>&1
     row "$tag" $f.json $f-ppl.json
+    if [ -n "$IM" ]; then  # the sized mix with the same bytes and the same matrix
+      bytes=$(stat -c %s $f.gguf); s=ev-$T-sized
+      if "$K3" quantize ev.gguf $s.gguf --target-size $bytes $IM --stats-imatrix ev.imatrix --report $s.json -q >/dev/null 2>$s.err; then
+        "$K3" perplexity -m $s.gguf -f eval.txt $PPL --kl-base ev.kl --json $s-ppl.json >/dev/null 2>&1
+        row "--target-size (size of $tag)" $s.json $s-ppl.json
+      else  # below the smallest mix (attn_k_b/attn_v_b stay BF16 in every mix)
+        echo "| --target-size (size of $tag) | $(grep -o 'smaller than the smallest mix, [^(]*' $s.err) | | | | | | |"
+      fi
+      rm -f $s.gguf
+    fi
     rm -f $f.gguf
     case $T in Q8_0|MXFP4|MXFP4_MOE) break;; esac  # no weighted search for these types
   done

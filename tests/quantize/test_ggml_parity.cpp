@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../tensor/ggml_ref.h"
+#include "common/error.h"
 #include "quantize/fast_kquants.h"
 #include "tensor/kernels.h"
 #include "tensor/quant_ref.h"
@@ -81,9 +82,16 @@ std::vector<float> make_imatrix(int64_t n, uint32_t seed) {
   return w;
 }
 
-const GgmlType kAllTypes[] = {GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
-                              GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,
-                              GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const GgmlType kAllTypes[] = {GgmlType::F16,     GgmlType::BF16,   GgmlType::Q4_0,  GgmlType::Q4_1,   GgmlType::Q5_0,
+                              GgmlType::Q5_1,    GgmlType::Q8_0,   GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K,
+                              GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                              GgmlType::Q1_0,    GgmlType::Q2_0,   GgmlType::TQ1_0, GgmlType::TQ2_0,  GgmlType::NVFP4,
+                              GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                              GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ1_S,  GgmlType::IQ1_M};
+
+bool is_lattice(GgmlType t) {
+  return t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ2_S || t == GgmlType::IQ1_S || t == GgmlType::IQ1_M;
+}
 
 struct Case {
   Data data;
@@ -103,6 +111,7 @@ TEST(GgmlParity, EveryWriterIsByteExact) {
       const std::vector<float> x = make_data(d, n * rows, 17 + static_cast<int>(d) + static_cast<uint32_t>(n));
       const std::vector<float> qw = make_imatrix(n, 5 + static_cast<int>(d));
       for (GgmlType t : kAllTypes) {
+        if (is_lattice(t)) continue;  // no SIMD search; test_quant_exact holds their writers to ggml
         for (bool im : {false, true}) {
           const float* w = im ? qw.data() : nullptr;
           const size_t rb = row_size(t, n), bytes = rb * rows;
@@ -114,6 +123,7 @@ TEST(GgmlParity, EveryWriterIsByteExact) {
           for (Isa isa : kAllIsas) {
             if (!isa_supported(isa)) continue;
             set_isa(isa);
+            if (isa != Isa::Scalar && !quant::has_fast_path(t)) continue;  // the reference again
             std::vector<uint8_t> got(bytes, 0xAB);
             EXPECT_EQ(quant::quantize_rows(t, x.data(), got.data(), rows, n, w), bytes);
             for (int64_t r = 0; r < rows; ++r)
@@ -128,4 +138,24 @@ TEST(GgmlParity, EveryWriterIsByteExact) {
     }
   }
   EXPECT_GT(checked, 500);
+}
+
+// Where ggml needs an importance matrix (ggml_quantize_requires_imatrix), k3's row quantizer refuses
+// without one, naming the type and how to make one.
+TEST(GgmlParity, RefusesWithoutImatrixWhereGgmlNeedsOne) {
+  const test::GgmlRef* g = test::GgmlRef::get();
+  ASSERT_NE(g, nullptr) << test::GgmlRef::load_error();
+  std::vector<float> x(256, 0.5f);
+  std::vector<uint8_t> out(row_size(GgmlType::F32, 256));  // room for any type
+  for (GgmlType t : kAllTypes) {
+    bool threw = false;
+    try {
+      quant::quantize_rows(t, x.data(), out.data(), 1, 256, nullptr);
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find(type_name(t)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("k3 imatrix"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(threw, g->requires_imatrix(t)) << type_name(t);
+  }
 }

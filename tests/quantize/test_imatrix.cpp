@@ -69,6 +69,24 @@ TEST(Imatrix, FileIsLlamaCppLayout) {
   EXPECT_EQ(sum.entries.at("blk.0.attn_q.weight").sums[3], 8.0);
 }
 
+// k3 imatrix covers every matrix product of a forward pass, the LM head's included (as
+// llama-imatrix's files do): the lattice types that need an importance matrix can then quantize
+// output.weight too.
+TEST(Imatrix, CliCoversEveryProductWithTheLmHead) {
+  qtest::TempDir dir("k3q-imcli", qtest::TempDir::Base::Memory);
+  model::write_synthetic(dir / "m.gguf", qtest::synth_options());
+  qtest::write_file(dir / "calib.txt", qtest::make_text(4, 300));
+  const qtest::RunResult r = qtest::run(qtest::k3_bin() + " imatrix -m " + (dir / "m.gguf") + " -f " + (dir / "calib.txt") +
+                                        " -c 32 --chunks 2 -t 2 -o " + (dir / "im.gguf"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const quant::Imatrix im = quant::Imatrix::load(dir / "im.gguf");
+  const quant::ImatrixEntry* head = im.find("output.weight");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->counts[0], 64.0);  // every token of both chunks
+  EXPECT_NE(im.find("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(im.find("token_embd.weight"), nullptr);  // looked up, not multiplied
+}
+
 TEST(Imatrix, CollectorMapsWeightAddresses) {
   qtest::TempDir dir("k3q-collect", qtest::TempDir::Base::Memory);
   model::write_synthetic(dir / "m.gguf", qtest::synth_options());

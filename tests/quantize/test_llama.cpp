@@ -1,6 +1,6 @@
 // Quantized files in llama.cpp (node-llama-cpp 3.22.1, tests/node): every output type loads, and
 // greedy continuations agree with k3's on a synthetic Kimi-K3 with BF16 trunk and MXFP4 experts
-// (the converter's layout). attn_k_b / attn_v_b stay BF16 in these files: llama.cpp's AMX path
+// (the converter's layout). Files with a type that needs an importance matrix get a synthetic one. attn_k_b / attn_v_b stay BF16 in these files: llama.cpp's AMX path
 // mishandles F16 and Q8_0 there (model.md §9).
 //
 // Two models of the same structure. Well-conditioned (RMS eps 0.5): for the main types (K-quants,
@@ -21,6 +21,7 @@
 #include "helpers.h"
 #include "model/model.h"
 #include "quantize/quantizer.h"
+#include "tensor/quant_ref.h"
 #include "tensor/threadpool.h"
 
 using namespace k3;
@@ -80,16 +81,23 @@ void check_files(float rms_eps) {
       {"F16", "F16", {kbvb}, false},       {"BF16", "BF16", {}, false},         {"F32", "F32", {}, false},
       {"Q4_0", "Q4_0", {kbvb}, false},     {"Q4_1", "Q4_1", {kbvb}, false},     {"Q5_0", "Q5_0", {kbvb}, false},
       {"Q5_1", "Q5_1", {kbvb}, false},     {"IQ4_NL", "IQ4_NL", {kbvb}, false}, {"IQ4_XS", "IQ4_XS", {kbvb}, false},
+      {"IQ2_XXS", "IQ2_XXS", {kbvb}},      {"IQ2_XS", "IQ2_XS", {kbvb}},        {"IQ2_S", "IQ2_S", {kbvb}},
+      {"IQ1_S", "IQ1_S", {kbvb}},          {"IQ1_M", "IQ1_M", {kbvb}},
+      {"q4k-iq2xxs", "Q4_K", {kbvb, "_exps=iq2_xxs"}}, {"q4k-iq1s", "Q4_K", {kbvb, "_exps=iq1_s"}},
   };
   std::string files;
   {
     const gguf::Model in = gguf::Model::open(src);
+    const quant::Imatrix im = qtest::synthetic_imatrix(in);
     for (const auto& c : cases) {
       std::vector<quant::UserRule> rules;
       for (const auto& r : c.rules) rules.push_back(quant::parse_rule(r));
+      const quant::Plan plan = quant::make_plan(in, quant::recipe_by_name(c.recipe), rules);
       quant::Options opt;
       opt.threads = 2;
-      quant::quantize_model(in, quant::make_plan(in, quant::recipe_by_name(c.recipe), rules), dir / (c.name + ".gguf"), opt);
+      if (std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const auto& t) { return ref::requires_imatrix(t.type); }))
+        opt.imatrix = &im;
+      quant::quantize_model(in, plan, dir / (c.name + ".gguf"), opt);
       files += " " + (dir / (c.name + ".gguf"));
     }
   }

@@ -114,20 +114,28 @@ TEST_F(Quantize, RecipesAndRules) {
 
   EXPECT_THROW(quant::recipe_by_name("Q9_K"), Error);
   EXPECT_THROW(quant::parse_rule("exps=q9_0"), Error);
-  EXPECT_THROW(quant::parse_rule("exps=iq2_xxs"), Error);  // no writer in k3
+  EXPECT_THROW(quant::parse_rule("exps=q8_K"), Error);  // an activation format, no writer
+  const auto iq = plan_types(quant::make_plan(in, quant::recipe_by_name("iq2_xxs"), {}));
+  EXPECT_EQ(iq.at("blk.2.ffn_gate_exps.weight"), GgmlType::IQ2_XXS);
+  EXPECT_EQ(iq.at("blk.0.attn_q.weight"), GgmlType::IQ2_XXS);
+  EXPECT_EQ(iq.at("token_embd.weight"), GgmlType::Q2_K);  // no imatrix covers it
+  EXPECT_EQ(iq.at("blk.3.attn_k_b.weight"), GgmlType::IQ4_NL);  // ne0 64: the fallback
   EXPECT_THROW(quant::parse_rule("(exps=q4_0"), Error);
   EXPECT_THROW(quant::parse_rule("exps"), Error);
 }
 
-// Every recipe writes a file that k3's loader accepts, with the planned types and file type.
+// Every recipe writes a file that k3's loader accepts, with the planned types and file type (with an
+// importance matrix, which the lattice types IQ2_XXS, IQ2_XS and IQ1_S need).
 TEST_F(Quantize, EveryRecipeLoadsInK3) {
   const gguf::Model in = gguf::Model::open(src());
+  const quant::Imatrix im = qtest::synthetic_imatrix(in);
   for (const auto& rec : quant::recipes()) {
     const quant::Plan p = quant::make_plan(in, rec, {});
     const std::string out = path("out-" + rec.name + ".gguf");
     quant::Options opt;
     opt.threads = 2;
     opt.recipe_name = rec.name;
+    opt.imatrix = &im;
     const quant::Report rep = quant::quantize_model(in, p, out, opt);
     ASSERT_EQ(rep.tensors.size(), in.tensors().size());
     std::unique_ptr<model::Model> m;
@@ -277,6 +285,24 @@ TEST_F(Quantize, BadInputLeavesNoOutput) {
   EXPECT_TRUE(contains(r.out, "not an imatrix")) << r.out;
   r = qtest::run(k3 + " quantize " + path("does-not-exist.gguf") + " " + out + " Q4_K");
   EXPECT_NE(r.status, 0);
+
+  // a type ggml writes only with an importance matrix: none, or one without an entry for a tensor
+  r = qtest::run(k3 + " quantize " + src() + " " + out + " Q4_K --tensor-type exps=iq2_xxs");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "_exps.weight': iq2_xxs needs an importance matrix") && contains(r.out, "k3 imatrix"))
+      << r.out;
+  const std::string partial = path("partial.imatrix");
+  {
+    const gguf::Model in = gguf::Model::open(src());
+    quant::Imatrix m = qtest::synthetic_imatrix(in);
+    m.entries.erase("blk.0.attn_q.weight");
+    m.save(partial);
+  }
+  r = qtest::run(k3 + " quantize " + src() + " " + out + " Q4_K --tensor-type 'blk\\.0\\.attn_q\\.=iq1_s' --imatrix " + partial);
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "tensor 'blk.0.attn_q.weight': iq1_s needs an importance matrix") &&
+              contains(r.out, "has no entry for it"))
+      << r.out;
 
   EXPECT_FALSE(std::filesystem::exists(out));
   for (const auto& e : std::filesystem::directory_iterator(dir_->path()))

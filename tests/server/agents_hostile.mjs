@@ -52,7 +52,10 @@ badM("max_tokens fractional", { max_tokens: 2.5 }, "max_tokens");
 anth("missing model", 400, "invalid_request_error", () => messages({ max_tokens: 4, messages: USER }), "'model' is required");
 badM("messages a string", { messages: "hi" }, "'messages'");
 badM("messages empty", { messages: [] }, "'messages'");
-badM("role system in messages", { messages: [{ role: "system", content: "x" }] }, "messages[0].role");
+badM("system message with an image block", { messages: [...USER, { role: "system", content: [{ type: "image" }] }] }, "messages[1].content[0].type");
+badM("message output_config effort bogus", { messages: [{ ...USER[0], output_config: { effort: "extreme" } }] }, "messages[0].output_config.effort");
+badM("message output_config effort none", { messages: [{ ...USER[0], output_config: { effort: "none" } }] }, "messages[0].output_config.effort");
+badM("message output_config with a format", { messages: [{ ...USER[0], output_config: { format: {} } }] }, "messages[0].output_config.format");
 badM("role tool", { messages: [{ role: "tool", content: "x" }] }, "messages[0].role");
 badM("content a number", { messages: [{ role: "user", content: 5 }] }, "messages[0].content");
 badM("content missing", { messages: [{ role: "user" }] }, "messages[0].content");
@@ -157,13 +160,44 @@ badR("previous_response_id", { previous_response_id: "resp_1" }, "previous_respo
 badR("store true", { store: true }, "store");
 badR("conversation", { conversation: "conv_1" }, "conversation");
 badR("background true", { background: true }, "background");
-badR("web_search tool", { tools: [{ type: "web_search" }] }, "tools[0].type");
+badR("tool of unknown type", { tools: [{ type: "teleporter" }] }, "tools[0].type");
+badR("tool_choice forcing web_search", { tools: [{ type: "web_search" }, FN], tool_choice: { type: "web_search" } }, "tool_choice.type");
+badR("tool_choice forcing mcp", { tools: [FN], tool_choice: { type: "mcp", server_label: "x" } }, "tool_choice.type");
+badR("tool_choice of unknown type", { tools: [FN], tool_choice: { type: "teleporter" } }, "tool_choice.type");
+badR("tool_choice required with hosted tools only", { tools: [{ type: "web_search" }], tool_choice: "required" }, "tool_choice");
+badR("namespace holding a hosted tool", { tools: [{ type: "namespace", name: "ns", description: "d", tools: [{ type: "web_search" }] }] },
+  "tools[0].tools[0].type");
+badR("namespace without tools", { tools: [{ type: "namespace", name: "ns", description: "d" }] }, "tools[0].tools");
+badR("namespace name with a dot", { tools: [{ type: "namespace", name: "a.b", tools: [FN] }] }, "tools[0].name");
+badR("namespace function named twice", { tools: [{ type: "namespace", name: "ns", tools: [FN, FN] }] }, "tools[0].tools[1].name");
+badR("custom tool grammar of unknown syntax", { tools: [{ type: "custom", name: "patch", format: { type: "grammar", syntax: "ebnf", definition: "x" } }] },
+  "tools[0].format.syntax");
+badR("custom tool format of unknown type", { tools: [{ type: "custom", name: "patch", format: { type: "binary" } }] }, "tools[0].format.type");
+badR("custom tool and function of one name", { tools: [FN, { type: "custom", name: "get_weather" }] }, "tools[1].name");
+badR("allowed_tools mode bogus", { tools: [FN], tool_choice: { type: "allowed_tools", mode: "sometimes", tools: [] } }, "tool_choice.mode");
+badR("allowed_tools naming an unknown function", { tools: [FN], tool_choice: { type: "allowed_tools", mode: "auto", tools: [{ type: "function", name: "rm_rf" }] } },
+  "tool_choice.tools[0].name");
+badR("include of an unknown value", { include: ["reasoning.plaintext"] }, "include[0]");
+badR("service_tier bogus", { service_tier: "platinum" }, "service_tier");
+badR("prompt_cache_retention bogus", { prompt_cache_retention: "forever" }, "prompt_cache_retention");
+badR("prompt_cache_options ttl bogus", { prompt_cache_options: { ttl: "1y" } }, "prompt_cache_options.ttl");
+badR("client_metadata value a number", { client_metadata: { session: 5 } }, "client_metadata.session");
+badR("client_metadata an array", { client_metadata: ["x"] }, "client_metadata");
+badR("context_management not an array", { context_management: { type: "compaction" } }, "context_management");
+badR("reasoning context bogus", { reasoning: { context: "everything" } }, "reasoning.context");
+badR("text verbosity bogus", { text: { verbosity: "loud" } }, "text.verbosity");
+badR("a stored prompt", { prompt: { id: "pmpt_1" } }, "prompt");
+badR("k3 reasoning item with broken base64", { input: [{ type: "reasoning", summary: [], encrypted_content: "k3-reasoning:@@@" }, { role: "user", content: "Hi" }] },
+  "input[0].encrypted_content");
+badR("custom_tool_call_output with no call", { input: [{ type: "custom_tool_call_output", call_id: "call_9", output: "x" }] }, "input[0].call_id");
+badR("custom_tool_call without input", { input: [{ type: "custom_tool_call", call_id: "call_1", name: "patch" }] }, "input[0].input");
+badR("function_call_output with an image", { input: [{ role: "user", content: "Hi" }, CALL,
+  { type: "function_call_output", call_id: "call_1", output: [{ type: "input_image", image_url: "data:image/png;base64,AA" }] }] }, "input[2].output[0].type");
 badR("function tool without a name", { tools: [{ type: "function", parameters: {} }] }, "tools[0].name");
 badR("parameters of type string", { tools: [{ ...FN, parameters: { type: "string" } }] }, "tools[0].parameters.type");
 badR("parameters a string", { tools: [{ ...FN, parameters: "{}" }] }, "tools[0].parameters");
 badR("tool_choice required without tools", { tool_choice: "required" }, "tool_choice");
 badR("tool_choice names an unknown function", { tools: [FN], tool_choice: { type: "function", name: "rm_rf" } }, "tool_choice.name");
-badR("tool_choice allowed_tools", { tools: [FN], tool_choice: { type: "allowed_tools", mode: "auto", tools: [] } }, "tool_choice.type");
 badR("max_output_tokens 0", { max_output_tokens: 0 }, "max_output_tokens");
 badR("max_output_tokens a string", { max_output_tokens: "5" }, "max_output_tokens");
 badR("temperature 3", { temperature: 3 }, "temperature");

@@ -2,11 +2,11 @@
 // @anthropic-ai/sdk on /v1/messages (create, the stream helper, a tool_use round trip with
 // tool_result, thinking on/off, count_tokens, error shapes, x-api-key) and `openai` on
 // /v1/responses (create streamed and not, the responses.stream helper, a function-call round
-// trip, input_tokens). Canned model outputs (reasoning, tool calls with nested JSON, stop
-// sequences, multi-byte text split across tokens, a cut by the token budget) must come out
-// identical streamed and not, and identical through /v1/chat/completions, /v1/messages and
-// /v1/responses; the three routes must count the same prompt tokens as @huggingface/jinja's
-// rendering of the conversation.
+// trip, namespace / custom / hosted tools and k3's encrypted reasoning items, input_tokens).
+// Canned model outputs (reasoning, tool calls with nested JSON, stop sequences, multi-byte text
+// split across tokens, a cut by the token budget) must come out identical streamed and not, and
+// identical through /v1/chat/completions, /v1/messages and /v1/responses; the three routes must
+// count the same prompt tokens as @huggingface/jinja's rendering of the conversation.
 //
 //   node tests/server/e2e_agents.mjs [--k3 build/bin/k3]
 import fs from "node:fs";
@@ -158,6 +158,9 @@ function checkAnthropicEvents(events) {
   eq(events[0].type, "message_start", "first event");
   eq(events.at(-1).type, "message_stop", "last event");
   eq(events.at(-2).type, "message_delta", "message_delta before message_stop");
+  // Claude Code reports a response's usage from message_start: the cache split is known there.
+  const start = events[0].message.usage, end = events.at(-2).usage;
+  eq([start.input_tokens, start.cache_read_input_tokens], [end.input_tokens, end.cache_read_input_tokens], "message_start usage = final usage");
   let open = -1, next = 0;
   const partial = [];
   for (const e of events.slice(1, -2)) {
@@ -391,6 +394,73 @@ test("responses: a function-call round trip with function_call_output; output_te
   const uncached = (u) => ({ ...u, input_tokens_details: undefined });
   eq(uncached(s.final.usage), uncached(r2.usage), "streamed usage = non-streamed usage");
   eq(r2.usage.output_tokens_details.reasoning_tokens > 0, true, "reasoning tokens counted");
+});
+
+test("responses: namespace, custom and hosted tools as Codex sends them; k3's encrypted reasoning round trip", async () => {
+  // A namespace's functions reach the model as NAMESPACE.NAME (with the namespace's description), a
+  // custom tool as a function of one string `input` (its grammar in the description), hosted tools
+  // not at all; calls come back as function_call with `namespace` and as custom_tool_call.
+  const GRAMMAR = 'start: "*** Begin Patch" /(.|\\n)*/ "*** End Patch"';
+  const tools = [
+    { type: "namespace", name: "agents", description: "Sub-agents.", tools: [{ ...TOOLS.responses[0], name: "spawn" }] },
+    { type: "custom", name: "apply_patch", description: "Edit files.", format: { type: "grammar", syntax: "lark", definition: GRAMMAR } },
+    { type: "web_search", external_web_access: false },
+    { type: "function", name: "exec_command", parameters: { type: "object", properties: { cmd: { type: "string" } }, required: ["cmd"] } },
+  ];
+  const chatTools = [
+    { type: "function", function: { name: "agents.spawn", description: "Sub-agents.\n\nEdit a file", parameters: SCHEMA } },
+    { type: "function", function: { name: "apply_patch", description: `Edit files.\n\nThe input must match this lark grammar:\n${GRAMMAR}`,
+      parameters: { type: "object", properties: { input: { type: "string", description: "the tool's input, free-form" } }, required: ["input"] } } },
+    { type: "function", function: { name: "exec_command", parameters: tools[3].parameters } },
+  ];
+  const PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi \"there\"\n*** End Patch";
+  const canned = "Patch, then spawn.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>" +
+    `<|open|>call tool="apply_patch" index="1"<|sep|>${arg("input", "string", PATCH)}<|close|>call<|sep|>` +
+    `<|open|>call tool="agents.spawn" index="2"<|sep|>${arg("path", "string", "a.txt")}${arg("edits", "array", "[]")}<|close|>call<|sep|>` +
+    "<|close|>tools<|sep|>" + END;
+  const base = { model: MODEL, tools, tool_choice: "auto", parallel_tool_calls: true, store: false, include: ["reasoning.encrypted_content"],
+    prompt_cache_key: "session-1", client_metadata: { session_id: "s1" }, reasoning: { summary: "auto" } };
+  const r1 = await ai.responses.create({ ...base, input: [{ type: "message", role: "user", content: [{ type: "input_text", text: QUESTION }] }],
+    k3_canned: { text: canned } });
+  eq(r1.output.map((i) => i.type), ["reasoning", "custom_tool_call", "function_call"], "items");
+  const [rs, patch, spawn] = r1.output;
+  eq(Buffer.from(rs.encrypted_content.replace(/^k3-reasoning:/, ""), "base64").toString(), "Patch, then spawn.", "encrypted_content holds the reasoning");
+  eq([patch.name, patch.input, patch.namespace], ["apply_patch", PATCH, undefined], "custom_tool_call");
+  assert(/^call_/.test(patch.call_id) && /^ctc_/.test(patch.id), "custom call ids");
+  eq([spawn.name, spawn.namespace, JSON.parse(spawn.arguments)], ["spawn", "agents", { path: "a.txt", edits: [] }], "namespaced function_call");
+  // Streamed: the custom call's input arrives whole in one delta, then .done; the items equal r1's.
+  const s = await responsesStream({ ...base, input: QUESTION, k3_canned: { text: canned } });
+  const inputs = s.events.filter((e) => e.type.startsWith("response.custom_tool_call_input."));
+  eq(inputs.map((e) => [e.type, e.delta ?? e.input]), [["response.custom_tool_call_input.delta", PATCH], ["response.custom_tool_call_input.done", PATCH]],
+    "custom input events");
+  const strip = (items) => items.map(({ id, call_id, ...rest }) => rest);
+  eq(strip(s.final.output), strip(r1.output), "streamed items = non-streamed items");
+  // The client sends the items back (reasoning with only its encrypted_content, as a client that
+  // keeps nothing else would) with both outputs: the history renders as the chat route's.
+  const input = [
+    { role: "user", content: QUESTION },
+    { type: "reasoning", summary: [], encrypted_content: rs.encrypted_content },
+    patch, spawn,
+    { type: "custom_tool_call_output", call_id: patch.call_id, output: "Done!" },
+    { type: "function_call_output", call_id: spawn.call_id, output: "spawned" },
+  ];
+  const r2 = await ai.responses.create({ ...base, input, k3_canned: { text: THINK("Both done.", "Patched and spawned.") } });
+  eq(r2.output_text, "Patched and spawned.", "final output_text");
+  const history = [
+    { role: "user", content: QUESTION },
+    { role: "assistant", content: "", reasoning_content: "Patch, then spawn.", tool_calls: [
+      { id: patch.call_id, type: "function", function: { name: "apply_patch", arguments: JSON.stringify({ input: PATCH }) } },
+      { id: spawn.call_id, type: "function", function: { name: "agents.spawn", arguments: spawn.arguments } }] },
+    { role: "tool", tool_call_id: patch.call_id, content: "Done!" },
+    { role: "tool", tool_call_id: spawn.call_id, content: "spawned" },
+  ];
+  eq(r2.usage.input_tokens, (await tokens(render(history, { tools: chatTools }))).length, "input_tokens = jinja rendering with the tools as the model sees them");
+  // allowed_tools offers only the listed ones; a foreign reasoning item is opaque (ignored).
+  const r3 = await L.postJson(srv, "/v1/responses/input_tokens", { ...base, input: [{ type: "reasoning", summary: [], encrypted_content: "gAAAAB-foreign" },
+    { role: "user", content: QUESTION }], tool_choice: { type: "allowed_tools", mode: "required", tools: [{ type: "function", name: "exec_command" }] } });
+  eq(r3.status, 200, "input_tokens status " + r3.text);
+  eq(r3.body.input_tokens, (await tokens(render([{ role: "user", content: QUESTION }], { tools: [chatTools[2]], tool_choice: "required" }))).length,
+    "allowed_tools: only exec_command, required");
 });
 
 test("error shapes: Anthropic's on /v1/messages, OpenAI's on /v1/responses; SDK error classes", async () => {

@@ -44,18 +44,20 @@ process.on("exit", () => {
 });
 
 // Starts `k3 serve` on a free loopback port; resolves once it listens. opts.env: extra environment;
-// opts.fileSizeKiB: run under `ulimit -f` (the kernel refuses writes past it).
+// opts.fileSizeKiB: run under `ulimit -f` (the kernel refuses writes past it); opts.launcher: the
+// command that starts k3 (["mpirun", "-np", "2"]); opts.startMs: how long it may take.
 export function startServer(k3, model, extra = [], opts = {}) {
   return new Promise((resolve, reject) => {
     const threads = extra.includes("-t") ? [] : ["-t", "1"];
     const argv = ["serve", "-m", model, "--host", "127.0.0.1", "--port", "0", ...threads, ...extra];
+    const launched = opts.launcher ? [opts.launcher[0], [...opts.launcher.slice(1), k3, ...argv]] : [k3, argv];
     const [cmd, cmdArgs] = opts.fileSizeKiB
-      ? ["bash", ["-c", `ulimit -f ${opts.fileSizeKiB}; exec "$0" "$@"`, k3, ...argv]]
-      : [k3, argv];
+      ? ["bash", ["-c", `ulimit -f ${opts.fileSizeKiB}; exec "$0" "$@"`, launched[0], ...launched[1]]]
+      : launched;
     const proc = spawn(cmd, cmdArgs, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...(opts.env || {}) } });
     started.add(proc);
     let log = "";
-    const timer = setTimeout(() => reject(new Error("k3 serve did not start:\n" + log)), 30000);
+    const timer = setTimeout(() => reject(new Error("k3 serve did not start:\n" + log)), opts.startMs || 30000);
     proc.stderr.on("data", (d) => {
       log += d;
       const m = /listening on http:\/\/([\d.]+):(\d+)/.exec(log);

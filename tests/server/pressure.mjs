@@ -20,7 +20,9 @@ const maxMs = opt["max-ms"] !== undefined ? Number(opt["max-ms"]) : null;
 const nTokenize = Number(opt.tokenize ?? 8);
 const dir = L.tmpdir();
 const modelPath = L.makeTinyModel(opt.k3, dir);
-const srv = await L.startServer(opt.k3, modelPath, ["-P", "2", "-c", "512"]);
+// --timeout 120: eight 7.7 MiB uploads at once may take longer than the default 10 s to arrive whole
+// on a busy machine, and deadlines are not what this test is about.
+const srv = await L.startServer(opt.k3, modelPath, ["-P", "2", "-c", "512", "--timeout", "120"]);
 const status = () => fs.readFileSync(`/proc/${srv.pid}/status`, "utf8");
 const kib = (key) => Number(new RegExp(key + ":\\s+(\\d+)").exec(status())[1]);
 const USER = [{ role: "user", content: "Hi" }];

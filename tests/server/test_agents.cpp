@@ -235,7 +235,7 @@ TEST(Agents, ToolSchemaCheckAlsoGuardsChat) {
 TEST(Agents, AnthropicEventsFollowTheGrammarAndAddUpToTheBody) {
   auto p = anthropic_protocol("m");
   SseEvents ev;
-  p->begin(42, ev);
+  p->begin(42, 0, ev);
   p->delta(text_delta("Think", ""), ev);
   p->delta(text_delta("ing.", "Hel"), ev);
   p->delta(text_delta("", "lo"), ev);
@@ -304,7 +304,7 @@ TEST(Agents, ResponsesEventsFollowTheGrammarAndAddUpToTheBody) {
   const ChatRequest r = parse_responses_request(request, limits());
   auto p = responses_protocol(request, r, "m", [](std::string_view s) { return static_cast<int32_t>(s.size()); });
   SseEvents ev;
-  p->begin(9, ev);
+  p->begin(9, 0, ev);
   p->delta(text_delta("Hm.", "Hi"), ev);
   p->delta(text_delta("", "!"), ev);
   p->delta(call_delta(0, true, R"({"a":)"), ev);

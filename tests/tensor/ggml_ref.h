@@ -34,6 +34,7 @@ class GgmlRef {
     return quantize_chunk_(static_cast<int>(t), src, dst, 0, nrows, n_per_row, imatrix);
   }
   size_t row_size(GgmlType t, int64_t ne) const { return row_size_(static_cast<int>(t), ne); }
+  bool requires_imatrix(GgmlType t) const { return requires_imatrix_(static_cast<int>(t)); }
   void fp16_to_fp32_row(const uint16_t* x, float* y, int64_t n) const { fp16_to_fp32_row_(x, y, n); }
   void fp32_to_fp16_row(const float* x, uint16_t* y, int64_t n) const { fp32_to_fp16_row_(x, y, n); }
   void fp32_to_bf16_row(const float* x, uint16_t* y, int64_t n) const { fp32_to_bf16_row_(x, y, n); }
@@ -52,6 +53,7 @@ class GgmlRef {
   void* handle_ = nullptr;
   size_t (*quantize_chunk_)(int, const float*, void*, int64_t, int64_t, int64_t, const float*) = nullptr;
   size_t (*row_size_)(int, int64_t) = nullptr;
+  bool (*requires_imatrix_)(int) = nullptr;
   void (*fp16_to_fp32_row_)(const uint16_t*, float*, int64_t) = nullptr;
   void (*fp32_to_fp16_row_)(const float*, uint16_t*, int64_t) = nullptr;
   void (*fp32_to_bf16_row_)(const float*, uint16_t*, int64_t) = nullptr;
@@ -78,6 +80,7 @@ class GgmlRef {
     auto* g = new GgmlRef;
     g->handle_ = h;
     if (!sym(h, "ggml_quantize_chunk", g->quantize_chunk_) || !sym(h, "ggml_row_size", g->row_size_) ||
+        !sym(h, "ggml_quantize_requires_imatrix", g->requires_imatrix_) ||
         !sym(h, "ggml_fp16_to_fp32_row", g->fp16_to_fp32_row_) ||
         !sym(h, "ggml_fp32_to_fp16_row", g->fp32_to_fp16_row_) ||
         !sym(h, "ggml_fp32_to_bf16_row", g->fp32_to_bf16_row_) ||
@@ -85,7 +88,7 @@ class GgmlRef {
       delete g;
       return nullptr;
     }
-    // ggml_quantize_init is only needed by the grid-based IQ1/IQ2/IQ3 types, which k3 does not write.
+    // ggml_quantize_chunk initializes the grids of the IQ types itself (ggml_quantize_init).
     return g;
   }
 };

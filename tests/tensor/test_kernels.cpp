@@ -2,12 +2,15 @@
 // kernel of every ISA this CPU has against the scalar one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "codebooks.h"
 #include "common/error.h"
+#include "iq_blocks.h"
 #include "support/ggml_cpu_oracle.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
@@ -20,16 +23,23 @@ namespace {
 using T = GgmlType;
 using Bytes = std::vector<uint8_t>;
 
-const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,   T::Q2_K,
-                          T::Q2_K_SB, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16,  T::Q4_0,  T::Q4_1,    T::Q5_0,  T::Q5_1, T::Q8_0,
+                          T::Q2_K, T::Q2_K_SB, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                          T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S,
+                          T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
+const T kLatticeTypes[] = {T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
 const T kActTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K};
 
 // Quantized dots whose SIMD forms evaluate the scalar reference's float operations in its order, so
-// that they give its bits on every ISA: the K-quants and IQ4_XS (one value per super-block) and
-// the 32-element block types (simd256_block32.inc and simd256_elem.inc, at every level).
+// that they give its bits on every ISA: the K-quants, IQ4_XS and the lattice types (one value per
+// super-block) and the 32-element block types (simd256_block32.inc and simd256_elem.inc, at every
+// level).
+bool is_lattice(T t) { return std::find(std::begin(kLatticeTypes), std::end(kLatticeTypes), t) != std::end(kLatticeTypes); }
 bool order_exact(T t) {
-  return t == T::Q2_K || t == T::Q2_K_SB || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K || t == T::IQ4_XS ||
-         t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4;
+  return t == T::Q2_K || t == T::Q2_K_SB || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K ||
+         t == T::IQ4_XS || t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4 ||
+         t == T::Q1_0 || t == T::Q2_0 || t == T::NVFP4 || t == T::TQ1_0 || t == T::TQ2_0 || t == T::IQ3_XXS ||
+         t == T::IQ3_S || is_lattice(t);
 }
 bool is_float(T t) { return t == T::F32 || t == T::F16 || t == T::BF16; }
 // Dots whose reference sums in the order of ggml's x86 vec_dot (its AVX2 form, in every x86 build
@@ -50,6 +60,10 @@ uint16_t h16(float f) { return fp32_to_fp16(f); }
 std::vector<int> f16_fields(T t) {
   switch (t) {
     case T::Q4_0: case T::Q5_0: case T::Q8_0: case T::IQ4_NL: case T::IQ4_XS: return {0};
+    case T::Q1_0: case T::Q2_0: case T::IQ3_XXS: case T::IQ3_S: return {0};
+    case T::TQ1_0: return {52};
+    case T::TQ2_0: return {64};
+    case T::IQ2_XXS: case T::IQ2_XS: case T::IQ2_S: case T::IQ1_S: return {0};
     case T::Q4_1: case T::Q5_1: case T::Q4_K: case T::Q5_K: return {0, 2};
     case T::Q2_K: case T::Q2_K_SB: return {80, 82};
     case T::Q3_K: return {108};
@@ -59,6 +73,12 @@ std::vector<int> f16_fields(T t) {
 }
 
 void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// The UE4M3 byte whose halved value is 2^e (e clamped to -10..7: subnormals 1, 2, 4 below -7).
+uint8_t nvfp4_pow2(int e) {
+  e = std::clamp(e, -10, 7);
+  return static_cast<uint8_t>(e < -7 ? 1 << (e + 10) : (e + 8) << 3);
+}
 
 // How weights and activations are drawn.
 // Random: uniform code bytes, random finite scales (float order matters: compare with tolerance).
@@ -99,10 +119,22 @@ struct Gen {
         p[0] = static_cast<uint8_t>(m == Mode::Random ? uni(110, 135) : m == Mode::Pow2 ? e2 + 127 : uni(1, 200));
         continue;
       }
+      if (t == T::NVFP4) {  // UE4M3: Pow2 the code of 2^e2 halved (e2 in -10..7), Extreme any byte
+        for (int s = 0; s < 4; ++s)
+          p[s] = static_cast<uint8_t>(m == Mode::Random ? uni(0x20, 0x50) : m == Mode::Pow2 ? nvfp4_pow2(e2) : uni(0, 255));
+        continue;
+      }
       const std::vector<int> f = f16_fields(t);
       for (size_t k = 0; k < f.size(); ++k) put16(p + f[k], scale16(m, e2, k > 0 && (t == T::Q4_1 || t == T::Q5_1)));
+      if (t == T::IQ1_M) set_iq1_m_scale(p, scale16(m, e2, false));
     }
     return b;
+  }
+
+  // IQ1_M keeps its f16 scale in the top nibbles of its four scale words (bytes 48-55).
+  static void set_iq1_m_scale(uint8_t* p, uint16_t d) {
+    for (int w = 0; w < 4; ++w) p[49 + 2 * w] &= 0x0F;
+    test::iqb::set_d(T::IQ1_M, p, d);
   }
 
   uint16_t scale16(Mode m, int e2, bool offset) {
@@ -195,7 +227,9 @@ TEST(Kernels, TableAndVecDotTypes) {
       {T::F32, T::F32},   {T::F16, T::F16},   {T::BF16, T::BF16}, {T::Q4_0, T::Q8_0},   {T::Q4_1, T::Q8_1},
       {T::Q5_0, T::Q8_0}, {T::Q5_1, T::Q8_1}, {T::Q8_0, T::Q8_0}, {T::Q2_K, T::Q8_K},   {T::Q3_K, T::Q8_K},
       {T::Q4_K, T::Q8_K}, {T::Q5_K, T::Q8_K}, {T::Q6_K, T::Q8_K}, {T::MXFP4, T::Q8_0},  {T::IQ4_NL, T::Q8_0},
-      {T::IQ4_XS, T::Q8_K}};
+      {T::IQ4_XS, T::Q8_K}, {T::Q1_0, T::Q8_0}, {T::Q2_0, T::Q8_0}, {T::NVFP4, T::Q8_0}, {T::TQ1_0, T::Q8_K},
+      {T::TQ2_0, T::Q8_K}, {T::IQ3_XXS, T::Q8_K}, {T::IQ3_S, T::Q8_K}, {T::IQ2_XXS, T::Q8_K}, {T::IQ2_XS, T::Q8_K},
+      {T::IQ2_S, T::Q8_K},  {T::IQ1_S, T::Q8_K}, {T::IQ1_M, T::Q8_K}};
   for (Isa isa : kAllIsas) {
     for (auto [t, vdt] : expect) {
       const QuantKernels& k = kernels(t, isa);
@@ -204,7 +238,7 @@ TEST(Kernels, TableAndVecDotTypes) {
     }
     for (T t : kActTypes) EXPECT_TRUE(kernels(t, isa).from_float && kernels(t, isa).to_float) << type_name(t);
   }
-  EXPECT_THROW(kernels(T::IQ2_XXS), Error);
+  EXPECT_THROW(kernels(T::I8), Error);
   if (const test::GgmlCpu* g = test::GgmlCpu::get()) {
     for (auto [t, vdt] : expect) EXPECT_EQ(g->traits(static_cast<uint32_t>(t))->vec_dot_type, static_cast<int>(vdt));
   }
@@ -309,8 +343,10 @@ TEST(KernelsSimd, FromFloatExact) {
 
 TEST(KernelsSimd, ToFloatExact) {
   Gen gen(4);
-  const T kAll[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1,  T::Q5_0,   T::Q5_1,   T::Q8_0, T::Q8_1,
-                    T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K,  T::Q8_K,   T::MXFP4,  T::IQ4_NL, T::IQ4_XS};
+  const T kAll[] = {T::F32,  T::F16,  T::BF16,  T::Q4_0,  T::Q4_1,  T::Q5_0,    T::Q5_1,  T::Q8_0,   T::Q8_1,
+                    T::Q2_K, T::Q3_K, T::Q4_K,  T::Q5_K,  T::Q6_K,  T::Q8_K,    T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                    T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S,
+                    T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
   for (Isa isa : simd_isas()) {
     for (T t : kAll) {
       for (int64_t n : row_lengths(t)) {
@@ -350,6 +386,7 @@ TEST(KernelsSimd, VecDotExactPow2) {
             const size_t bb = type_info(t).block_bytes;
             for (size_t off = 0; off < w2.size(); off += bb) {
               if (t == T::MXFP4) w2[off] = wp[off];
+              if (t == T::NVFP4) std::memcpy(&w2[off], &wp[off], 4);
               for (int f : f16_fields(t)) std::memcpy(&w2[off + f], &wp[off + f], 2);
             }
             EXPECT_EQ(dot(t, Isa::Scalar, w2, a, n), dot(t, isa, w2, a, n)) << isa_name(isa) << " " << type_name(t) << " n " << n;
@@ -473,6 +510,92 @@ TEST(KernelsSimd, Mxfp4RowsAllExponents) {
           const float want = dot(T::MXFP4, Isa::Scalar, wr, ak, n), one = dec[k * rows + r];
           ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float))) << isa_name(isa) << " rows() e " << e << " r " << r << " t " << k;
           ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float))) << isa_name(isa) << " tile e " << e << " r " << r << " t " << k;
+        }
+    }
+  }
+}
+
+// Every codebook entry, sign pattern, scale code and code byte of the types with a codebook or a
+// small code space (codebooks.h) through every form of every ISA: vec_dot, the decode rows and the
+// tiles, against the scalar vec_dot bit for bit (a power-of-two block scale; NVFP4 every scale byte).
+TEST(KernelsSimd, CodebooksExhaustive) {
+  Gen gen(12);
+  const int64_t n = 2048, toks = 3;
+  for (T t : test::kCodebookTypes) {
+    const std::vector<uint8_t> w = test::codebook_blocks(t, fp32_to_fp16(0.25f));
+    const size_t wrow = row_size(t, n);
+    const int64_t rows = static_cast<int64_t>(w.size() / wrow);
+    const T at = kernels(t, Isa::Scalar).vec_dot_type;
+    const size_t arow = row_size(at, n);
+    Bytes a;
+    for (int64_t k = 0; k < toks; ++k) {
+      const Bytes ak = gen.acts(at, n, k == 2 ? Mode::Extreme : Mode::Pow2, -3);
+      a.insert(a.end(), ak.begin(), ak.end());
+    }
+    std::vector<float> want(rows * toks);
+    for (int64_t k = 0; k < toks; ++k)
+      for (int64_t r = 0; r < rows; ++r)
+        kernels(t, Isa::Scalar).vec_dot(n, &want[k * rows + r], w.data() + r * wrow, a.data() + k * arow);
+    for (Isa isa : simd_isas()) {
+      int64_t bad = 0;
+      std::vector<float> got(rows * toks, NAN);
+      for (int64_t k = 0; k < toks; ++k)
+        for (int64_t r = 0; r < rows; ++r) kernels(t, isa).vec_dot(n, &got[k * rows + r], w.data() + r * wrow, a.data() + k * arow);
+      bad += std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
+      const GemmKernel* g = gemm_kernel(t, isa);
+      ASSERT_NE(g, nullptr) << isa_name(isa) << " " << type_name(t);
+      const size_t ps = g->packed_size(n);
+      Bytes packed(ps * toks);
+      if (ps)
+        for (int64_t k = 0; k < toks; ++k) g->pack(a.data() + k * arow, packed.data() + k * ps, n);
+      std::fill(got.begin(), got.end(), NAN);
+      g->run(n, w.data(), wrow, rows, ps ? packed.data() : a.data(), ps ? ps : arow, toks, got.data(), rows);
+      bad += std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
+      if (g->rows) {
+        std::fill(got.begin(), got.end(), NAN);
+        for (int64_t k = 0; k < toks; ++k) g->rows(n, w.data(), wrow, rows, packed.data() + k * ps, &got[k * rows]);
+        bad += std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
+      }
+      EXPECT_EQ(bad, 0) << isa_name(isa) << " " << type_name(t);
+    }
+  }
+}
+
+// The lattice types exhaustively: rows naming every grid entry under every sign pattern (IQ2) or
+// shift sign (IQ1) and every scale code (iq_blocks.h), with random f16 scales and activations.
+// Every SIMD dot, tile and decode row gives the scalar reference's bits; the scalar dot agrees with
+// ggml's within rounding.
+TEST(KernelsSimd, LatticeExhaustive) {
+  Gen gen(12);
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  for (T t : kLatticeTypes) {
+    const Bytes w = test::iq_exhaustive_blocks(t, [&](int64_t) { return gen.scale16(Mode::Random, 0, false); });
+    const int64_t n = static_cast<int64_t>(w.size() / type_info(t).block_bytes) * QK_K;
+    const Bytes a = gen.acts(T::Q8_K, n, Mode::Random, 0);
+    const float ref = dot(t, Isa::Scalar, w, a, n);
+    if (g) {
+      float theirs = NAN;
+      g->traits(static_cast<uint32_t>(t))->vec_dot(static_cast<int>(n), &theirs, 0, w.data(), 0, a.data(), 0, 1);
+      EXPECT_LE(std::fabs(static_cast<double>(ref) - theirs), 1e-6 * abs_terms(t, w, T::Q8_K, a, n)) << type_name(t);
+    }
+    // The same values as rows of 16 super-blocks, against 3 tokens, through the tiles.
+    const int64_t rn = 16 * QK_K, rows = n / rn, toks = 3;
+    const size_t wrow = row_size(t, rn), arow = row_size(T::Q8_K, rn);
+    for (Isa isa : simd_isas()) {
+      const float got = dot(t, isa, w, a, n);
+      EXPECT_EQ(std::memcmp(&ref, &got, sizeof ref), 0) << isa_name(isa) << " " << type_name(t) << ": " << got << " vs " << ref;
+      const GemmKernel* gk = gemm_kernel(t, isa);
+      ASSERT_NE(gk, nullptr) << isa_name(isa) << " " << type_name(t);
+      const size_t ps = gk->packed_size(rn);  // 0: the tile reads the Q8_K rows as they are
+      Bytes packed(ps * toks);
+      for (int64_t k = 0; ps && k < toks; ++k) gk->pack(a.data() + k * arow, packed.data() + k * ps, rn);
+      std::vector<float> y(rows * toks);
+      gk->run(rn, w.data(), wrow, rows, ps ? packed.data() : a.data(), ps ? ps : arow, toks, y.data(), rows);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < toks; ++k) {
+          float want;
+          kernels(t, isa).vec_dot(rn, &want, w.data() + r * wrow, a.data() + k * arow);
+          ASSERT_EQ(std::memcmp(&want, &y[k * rows + r], sizeof want), 0) << isa_name(isa) << " " << type_name(t) << " tile r " << r << " t " << k;
         }
     }
   }

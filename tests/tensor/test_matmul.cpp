@@ -11,14 +11,16 @@
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
 #include "tensor/kernels.h"
+#include "tensor/quant_ref.h"
 
 namespace k3 {
 namespace {
 
 using T = GgmlType;
 
-const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
-                          T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+const T kWeightTypes[] = {T::F32,     T::F16,    T::BF16,  T::Q4_0,  T::Q4_1,  T::Q5_0,  T::Q5_1,   T::Q8_0,
+                          T::Q2_K,    T::Q3_K,   T::Q4_K,  T::Q5_K,  T::Q6_K,  T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                          T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
 
 struct Problem {
   T type;
@@ -34,11 +36,11 @@ Problem make_problem(T t, int64_t ne0, int64_t ne1, int64_t n_tokens, size_t pad
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   Problem p{t, ne0, ne1, n_tokens, row_size(t, ne0) + pad, {}, {}};
-  std::vector<float> wf(ne0);
+  std::vector<float> wf(ne0), flat(ne0, 1.0f);
   p.w.assign(p.nb1 * ne1, 0xCD);
   for (int64_t r = 0; r < ne1; ++r) {
     for (float& v : wf) v = nd(rng) * 0.05f;
-    quantize_rows(t, wf.data(), p.w.data() + r * p.nb1, 1, ne0, nullptr);
+    quantize_rows(t, wf.data(), p.w.data() + r * p.nb1, 1, ne0, ref::requires_imatrix(t) ? flat.data() : nullptr);
   }
   p.x.resize(n_tokens * ne0);
   for (float& v : p.x) v = nd(rng);
@@ -106,7 +108,7 @@ TEST(Matmul, AllTypesAgainstNaiveAndThreadCounts) {
 
 // Each output is exactly one vec_dot of the active ISA: same bits as calling it directly.
 TEST(Matmul, EachOutputIsOneVecDot) {
-  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4, T::BF16}) {
+  for (T t : {T::Q4_K, T::Q8_0, T::MXFP4, T::BF16, T::IQ2_XXS, T::IQ1_S}) {
     const Problem p = make_problem(t, 1024, 70, 33, 0, 7);
     const std::vector<float> y = run(p, 2);
     const QuantKernels& kw = kernels(t);

@@ -162,10 +162,12 @@ std::vector<float> make_imatrix(Rng& r, int64_t n, bool zero_block) {
 // Elements per data set and row size: 16Ki (about 6 s for all types), 32x more with K3_EXHAUSTIVE=1.
 int64_t row_elements() { return std::getenv("K3_EXHAUSTIVE") ? 1 << 19 : 1 << 14; }
 
-const GgmlType kQuantTypes[] = {GgmlType::F32,  GgmlType::F16,   GgmlType::BF16,   GgmlType::Q4_0,
-                                GgmlType::Q4_1, GgmlType::Q5_0,  GgmlType::Q5_1,   GgmlType::Q8_0,
-                                GgmlType::Q2_K, GgmlType::Q3_K,  GgmlType::Q4_K,   GgmlType::Q5_K,
-                                GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const GgmlType kQuantTypes[] = {GgmlType::F32,   GgmlType::F16,   GgmlType::BF16,    GgmlType::Q4_0,   GgmlType::Q4_1,
+                                GgmlType::Q5_0,  GgmlType::Q5_1,  GgmlType::Q8_0,    GgmlType::Q2_K,   GgmlType::Q3_K,
+                                GgmlType::Q4_K,  GgmlType::Q5_K,  GgmlType::Q6_K,    GgmlType::MXFP4,  GgmlType::IQ4_NL,
+                                GgmlType::IQ4_XS, GgmlType::Q1_0, GgmlType::Q2_0,    GgmlType::TQ1_0,  GgmlType::TQ2_0,
+                                GgmlType::NVFP4, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                                GgmlType::IQ2_S, GgmlType::IQ1_S, GgmlType::IQ1_M};
 
 std::string type_param_name(const testing::TestParamInfo<GgmlType>& p) { return k3::type_name(p.param); }
 
@@ -188,7 +190,7 @@ TEST_P(QuantizeExact, MatchesGgml) {
       const std::vector<float> imatrix = make_imatrix(rng, n, true);
       const size_t row_bytes = g->row_size(t, n);
       ASSERT_EQ(row_bytes, k3::row_size(t, n));
-      for (int w = 0; w < 2; ++w) {
+      for (int w = ref::requires_imatrix(t) ? 1 : 0; w < 2; ++w) {  // ggml aborts without one there
         const float* qw = w ? imatrix.data() : nullptr;
         std::vector<uint8_t> ours(rows * row_bytes, 0xCD), theirs(rows * row_bytes, 0xCD);
         ASSERT_EQ(ref::quantize_rows(t, x.data(), ours.data(), rows, n, qw), rows * row_bytes);
@@ -217,6 +219,18 @@ TEST_P(QuantizeExact, MatchesGgml) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantizeExact, testing::ValuesIn(kQuantTypes), type_param_name);
+
+// k3 quantize refuses a type without an importance matrix exactly where ggml_quantize_chunk does.
+TEST(QuantizeExact, RequiresImatrixAsGgml) {
+  REQUIRE_GGML(g);
+  int checked = 0;
+  for (uint32_t id = 0; id < 64; ++id)
+    if (const k3::TypeInfo* ti = k3::type_info(id)) {
+      EXPECT_EQ(ref::requires_imatrix(ti->type), g->requires_imatrix(ti->type)) << ti->name;
+      ++checked;
+    }
+  EXPECT_GE(checked, 35);
+}
 
 // Activation types against ggml's quantize_row_q8_1_ref / quantize_row_q8_K_ref (same initial
 // buffer bytes: Q8_K leaves bsums of an all-zero block unwritten).
@@ -272,15 +286,26 @@ double rel_rmse(GgmlType t, const std::vector<float>& x, int64_t rows, int64_t n
 // D = 2*amax/2^b and error RMS D/sqrt(12); with amax ~ 2.5 sigma for Gaussian blocks of 16-32
 // that is ~1.45 * 2^-b of sigma. The bound allows twice that: 3 * 2^-b. The non-uniform
 // codebooks get the b of their grid density: MXFP4's E2M1 (3 magnitude bits + sign, power-of-two
-// scale) b = 3; IQ4 b = 4. F16 / BF16 round each value: 2^-11 / 2^-8 relative.
+// scale) b = 3, the IQ3 grids b = 3; IQ4 b = 4. NVFP4 b = 2: ggml's layout has no tensor scale,
+// so blocks of small values (|x| ≲ 0.05, rows of σ 1e-3 here) get UE4M3's 3-bit subnormal scales.
+// The 1-bit, 2-bit and ternary types, whose one scale per block leaves most values of a Gaussian
+// block on one or two levels, b = 1.
+// F16 / BF16 round each value: 2^-11 / 2^-8 relative.
 double error_bound(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return 0;
     case GgmlType::F16: return std::ldexp(1.0, -11);
     case GgmlType::BF16: return std::ldexp(1.0, -8);
-    case GgmlType::Q2_K: return 3 * std::ldexp(1.0, -2);
+    case GgmlType::Q1_0:
+    case GgmlType::Q2_0:
+    case GgmlType::TQ1_0:
+    case GgmlType::TQ2_0: return 3 * std::ldexp(1.0, -1);
+    case GgmlType::Q2_K:
+    case GgmlType::NVFP4: return 3 * std::ldexp(1.0, -2);
     case GgmlType::Q3_K:
-    case GgmlType::MXFP4: return 3 * std::ldexp(1.0, -3);
+    case GgmlType::MXFP4:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: return 3 * std::ldexp(1.0, -3);
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
     case GgmlType::Q4_K:
@@ -291,6 +316,13 @@ double error_bound(GgmlType t) {
     case GgmlType::Q5_K: return 3 * std::ldexp(1.0, -5);
     case GgmlType::Q6_K: return 3 * std::ldexp(1.0, -6);
     case GgmlType::Q8_0: return 3 * std::ldexp(1.0, -8);
+    // The lattice types: 8-value codewords of 3 levels (IQ2: 2.06-2.56 bits a value, IQ1: 1.56-1.75),
+    // taken as b = 2 and b = 1.5.
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S: return 3 * std::ldexp(1.0, -2);
+    case GgmlType::IQ1_S:
+    case GgmlType::IQ1_M: return 3 * std::pow(2.0, -1.5);
     default: return 0;
   }
 }
@@ -299,9 +331,15 @@ class RoundTrip : public testing::TestWithParam<GgmlType> {};
 
 TEST_P(RoundTrip, ErrorWithinBound) {
   const GgmlType t = GetParam();
-  // The float types, Q8_0 and MXFP4 ignore an importance matrix (their bytes are checked above).
-  const bool weighted =
-      t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::Q8_0 && t != GgmlType::MXFP4;
+  // The float types, Q8_0, MXFP4, NVFP4, the 1-, 2-bit and ternary types ignore an importance
+  // matrix (their bytes are checked above).
+  const bool weighted = t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::Q8_0 &&
+                        t != GgmlType::MXFP4 && t != GgmlType::NVFP4 && t != GgmlType::Q1_0 && t != GgmlType::Q2_0 &&
+                        t != GgmlType::TQ1_0 && t != GgmlType::TQ2_0;
+  // The lattice types only with one, as llama-quantize writes them: unweighted, IQ1_M fits each
+  // super-block's outliers (weights x²) and leaves a rel. RMSE of 6 on heavy tails, as ggml does.
+  const bool lattice = t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ2_S || t == GgmlType::IQ1_S ||
+                       t == GgmlType::IQ1_M;
   const int64_t n = 3584, rows = 8;
   for (const bool heavy : {false, true}) {
     const Dataset& ds = kDatasets[heavy ? 1 : 0];
@@ -312,7 +350,7 @@ TEST_P(RoundTrip, ErrorWithinBound) {
     // Heavy tails: a block's range is set by its outlier, so the other elements get a coarser
     // grid than amax ~ 2.5 sigma gives; where the weights discount the outlier that error shows.
     const double bound = error_bound(t) * (heavy ? 2 : 1);
-    const double plain = rel_rmse(t, x, rows, n, nullptr);
+    const double plain = lattice ? 0 : rel_rmse(t, x, rows, n, nullptr);
     const double with_imatrix = weighted ? rel_rmse(t, x, rows, n, imatrix.data()) : 0;
     char w[16] = "-";
     if (weighted) std::snprintf(w, sizeof w, "%.5f", with_imatrix);

@@ -9,8 +9,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "codebooks.h"
 #include "ggml_ref.h"
+#include "iq_blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/iq3_grids.h"
+#include "tensor/iq_grids.h"
 #include "tensor/quant_ref.h"
 
 namespace {
@@ -30,7 +34,17 @@ int nib(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4
 constexpr int8_t E2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 constexpr int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-// Value of element e of one block of type t, as §4-§8 define it.
+uint32_t u32_at(const uint8_t* b, int off) { return b[off] | b[off + 1] << 8 | b[off + 2] << 16 | static_cast<uint32_t>(b[off + 3]) << 24; }
+uint16_t u16_at(const uint8_t* b, int off) { return static_cast<uint16_t>(b[off] | b[off + 1] << 8); }
+// Value j of grid entry k, and the sign of value j under a 7-bit IQ2 sign code (the 8th sign
+// completes an even count).
+int grid_at(const uint64_t* grid, int k, int j) { return static_cast<int8_t>(grid[k] >> (8 * j)); }
+float sign7(uint32_t s, int j) {
+  const int bit = j < 7 ? (s >> j) & 1 : __builtin_popcount(s & 127) & 1;
+  return bit ? -1.f : 1.f;
+}
+
+// Value of element e of one block of type t, as §4-§8 and docs/formats.md define it.
 float spec_value(GgmlType t, const uint8_t* b, int e) {
   switch (t) {
     case GgmlType::Q4_0: return static_cast<float>(nib(b + 2, e) - 8) * f16_at(b, 0);
@@ -97,6 +111,78 @@ float spec_value(GgmlType t, const uint8_t* b, int e) {
       const float dl = f16_at(b, 0) * static_cast<float>(ls - 32);
       return dl * static_cast<float>(IQ4NL[nib(b + 8 + 16 * sb, j)]);
     }
+    // docs/formats.md
+    case GgmlType::Q1_0: return (b[2 + e / 8] >> (e % 8)) & 1 ? f16_at(b, 0) : -f16_at(b, 0);
+    case GgmlType::Q2_0: return static_cast<float>(((b[2 + e / 4] >> (2 * (e % 4))) & 3) - 1) * f16_at(b, 0);
+    case GgmlType::TQ2_0: return static_cast<float>(((b[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3) - 1) * f16_at(b, 64);
+    case GgmlType::TQ1_0: {
+      // base-3 digits, most significant first: byte = ceil(v·256/243) of the 5-digit value v
+      const int byte = e < 160 ? b[e % 32] : e < 240 ? b[32 + (e - 160) % 16] : b[48 + (e - 240) % 4];
+      const int k = e < 160 ? e / 32 : e < 240 ? (e - 160) / 16 : (e - 240) / 4;
+      const int v = byte * 243 / 256;  // the 5-digit value the byte encodes
+      int digit = v;
+      for (int i = k; i < 4; ++i) digit /= 3;
+      return static_cast<float>(digit % 3 - 1) * f16_at(b, 52);
+    }
+    case GgmlType::NVFP4: {
+      const int s = e / 16, j = e % 16, x = b[s];
+      const int ex = (x >> 3) & 15, m = x & 7;
+      const double scale = x == 0x7F ? 0 : ex == 0 ? m * std::ldexp(1.0, -9) : (8 + m) * std::ldexp(1.0, ex - 10);
+      const int q = j < 8 ? b[4 + 8 * s + j] & 15 : b[4 + 8 * s + j - 8] >> 4;
+      return static_cast<float>(E2M1x2[q] * 0.5 * scale);
+    }
+    case GgmlType::IQ3_XXS: {
+      const int sb = e / 32, j = e % 32;
+      const uint32_t sas = b[66 + 4 * sb] | b[67 + 4 * sb] << 8 | b[68 + 4 * sb] << 16 | static_cast<uint32_t>(b[69 + 4 * sb]) << 24;
+      const uint32_t s7 = (sas >> (7 * (j / 8))) & 127;
+      const bool neg = j % 8 == 7 ? __builtin_popcount(s7) % 2 : (s7 >> (j % 8)) & 1;
+      const float db = f16_at(b, 0) * (0.5f + static_cast<float>(sas >> 28)) * 0.5f;
+      const float v = db * static_cast<float>((k3::kIq3xxsGrid[b[2 + 8 * sb + j / 4]] >> (8 * (j % 4))) & 255);
+      return neg ? -v : v;
+    }
+    case GgmlType::IQ3_S: {
+      const int sb = e / 32, j = e % 32;
+      const int index = b[2 + 8 * sb + j / 4] | ((b[66 + sb] >> (j / 4)) & 1) << 8;
+      const float db = f16_at(b, 0) * static_cast<float>(1 + 2 * ((b[106 + sb / 2] >> (4 * (sb % 2))) & 15));
+      const float v = db * static_cast<float>((k3::kIq3sGrid[index] >> (8 * (j % 4))) & 255);
+      return (b[74 + 4 * sb + j / 8] >> (j % 8)) & 1 ? -v : v;
+    }
+    case GgmlType::IQ2_XXS: {
+      const int ib = e / 32, g = (e % 32) / 8, j = e % 8;
+      const uint32_t aux0 = u32_at(b, 2 + 8 * ib), aux1 = u32_at(b, 6 + 8 * ib);
+      const float db = f16_at(b, 0) * (0.5f + static_cast<float>(aux1 >> 28)) * 0.25f;
+      return db * static_cast<float>(grid_at(k3::kIqGrids.iq2xxs, (aux0 >> (8 * g)) & 255, j)) * sign7(aux1 >> (7 * g), j);
+    }
+    case GgmlType::IQ2_XS: {
+      const uint16_t q = u16_at(b, 2 + 2 * (e / 8));
+      const int sc = (b[66 + e / 32] >> (4 * ((e / 16) % 2))) & 15;
+      const float db = f16_at(b, 0) * (0.5f + static_cast<float>(sc)) * 0.25f;
+      return db * static_cast<float>(grid_at(k3::kIqGrids.iq2xs, q & 511, e % 8)) * sign7(q >> 9, e % 8);
+    }
+    case GgmlType::IQ2_S: {
+      const int g = e / 8, idx = b[2 + g] | ((b[66 + g / 4] >> (2 * (g % 4))) & 3) << 8;
+      const int sc = (b[74 + e / 32] >> (4 * ((e / 16) % 2))) & 15;
+      const float db = f16_at(b, 0) * (0.5f + static_cast<float>(sc)) * 0.25f;
+      const float sign = (b[34 + g] >> (e % 8)) & 1 ? -1.f : 1.f;
+      return db * static_cast<float>(grid_at(k3::kIqGrids.iq2s, idx, e % 8)) * sign;
+    }
+    case GgmlType::IQ1_S: {
+      const int g = e / 8;
+      const uint16_t qh = u16_at(b, 34 + 2 * (e / 32));
+      const int idx = b[2 + g] | ((qh >> (3 * (g % 4))) & 7) << 8;
+      const float dl = f16_at(b, 0) * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+      const float shift = qh & 0x8000 ? -0.125f : 0.125f;
+      return dl * (static_cast<float>(grid_at(k3::kIqGrids.iq1s, idx, e % 8) - 1) + shift);
+    }
+    case GgmlType::IQ1_M: {
+      const int g = e / 8, s = e / 16;
+      const int qh = b[32 + g / 2] >> (4 * (g % 2));
+      const int idx = b[g] | (qh & 7) << 8;
+      const uint16_t d16 = static_cast<uint16_t>((b[49] >> 4) | (b[51] >> 4) << 4 | (b[53] >> 4) << 8 | (b[55] >> 4) << 12);
+      const float dl = k3::fp16_to_fp32(d16) * static_cast<float>(2 * ((u16_at(b, 48 + 2 * (s / 4)) >> (3 * (s % 4))) & 7) + 1);
+      const float shift = qh & 8 ? -0.125f : 0.125f;
+      return dl * (static_cast<float>(grid_at(k3::kIqGrids.iq1s, idx, e % 8) - 1) + shift);
+    }
     default: ADD_FAILURE() << "no formula for " << k3::type_name(t); return 0;
   }
 }
@@ -108,7 +194,17 @@ std::vector<int> f16_fields(GgmlType t) {
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: return {0};
+    case GgmlType::IQ4_XS:
+    case GgmlType::Q1_0:
+    case GgmlType::Q2_0:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: return {0};
+    case GgmlType::TQ1_0: return {52};
+    case GgmlType::TQ2_0: return {64};
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ1_S: return {0};
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
     case GgmlType::Q8_1:
@@ -135,13 +231,18 @@ std::vector<uint8_t> random_blocks(GgmlType t, int nblocks, std::mt19937& rng) {
       const float d = std::uniform_real_distribution<float>(-8.f, 8.f)(rng);
       std::memcpy(b, &d, 4);
     }
+    if (t == GgmlType::IQ1_M) b[55] &= 0xBF;  // f16 bit 14 (its exponent below 31) is bit 6 of byte 55
   }
   return v;
 }
 
 const GgmlType kDequantTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,  GgmlType::Q5_1,   GgmlType::Q8_0,
                                   GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K,  GgmlType::Q4_K,   GgmlType::Q5_K,
-                                  GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+                                  GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                  GgmlType::Q1_0, GgmlType::Q2_0, GgmlType::TQ1_0, GgmlType::TQ2_0, GgmlType::NVFP4,
+                                  GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                                  GgmlType::IQ1_S, GgmlType::IQ1_M};
+const GgmlType kLatticeTypes[] = {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ1_S, GgmlType::IQ1_M};
 
 std::string type_param_name(const testing::TestParamInfo<GgmlType>& p) { return k3::type_name(p.param); }
 
@@ -185,6 +286,30 @@ TEST_P(DequantGgml, Matches) {
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) bad += k3::f32_bits(got[i]) != k3::f32_bits(want[i]);
   EXPECT_EQ(bad, 0) << "of " << n << " elements";
+}
+
+// The lattice types exhaustively (every grid entry under every sign pattern or shift sign, every
+// scale code; iq_blocks.h): bit-identical to ggml and to the spec formula.
+TEST(DequantGgml, LatticeExhaustive) {
+  REQUIRE_GGML(g);
+  std::mt19937 rng(5);
+  for (GgmlType t : kLatticeTypes) {
+    const auto blocks = k3::test::iq_exhaustive_blocks(t, [&](int64_t) {
+      return static_cast<uint16_t>(rng() & 0xBBFF);  // exponent below 31: finite
+    });
+    const int64_t nb = static_cast<int64_t>(blocks.size() / k3::type_info(t).block_bytes), n = nb * 256;
+    std::vector<float> got(n), want(n);
+    ref::dequantize_row(t, blocks.data(), got.data(), n);
+    g->dequantize(t)(blocks.data(), want.data(), n);
+    int64_t bad = 0, bad_spec = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      bad += k3::f32_bits(got[i]) != k3::f32_bits(want[i]);
+      const float spec = spec_value(t, blocks.data() + k3::type_info(t).block_bytes * (i / 256), static_cast<int>(i % 256));
+      bad_spec += k3::f32_bits(got[i]) != k3::f32_bits(spec);
+    }
+    EXPECT_EQ(bad, 0) << k3::type_name(t) << " of " << n << " elements";
+    EXPECT_EQ(bad_spec, 0) << k3::type_name(t) << " against the spec formula";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, Dequant, testing::ValuesIn(kDequantTypes), type_param_name);
@@ -344,6 +469,65 @@ TEST(DequantHand, Mxfp4Exhaustive) {
   EXPECT_EQ(bad, 0);
 }
 
+// Every codebook entry, sign pattern, scale code and code byte (codebooks.h), against ggml bit for bit.
+TEST(DequantHand, CodebooksExhaustive) {
+  REQUIRE_GGML(g);
+  for (GgmlType t : k3::test::kCodebookTypes) {
+    const std::vector<uint8_t> blocks = k3::test::codebook_blocks(t, 0x3800);  // d = 0.5
+    const auto& ti = k3::type_info(t);
+    const int64_t n = static_cast<int64_t>(blocks.size() / ti.block_bytes) * ti.block;
+    std::vector<float> got(n), want(n);
+    ref::dequantize_row(t, blocks.data(), got.data(), n);
+    g->dequantize(t)(blocks.data(), want.data(), n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += k3::f32_bits(got[i]) != k3::f32_bits(want[i]);
+    EXPECT_EQ(bad, 0) << k3::type_name(t) << ": of " << n << " elements";
+  }
+}
+
+TEST(DequantHand, LowBit) {
+  // Q1_0, d = 0.5: bit 0 of byte 0 set -> +0.5, bit 1 clear -> -0.5; element 127: bit 7 of byte 15.
+  std::vector<uint8_t> q1(18, 0);
+  q1[1] = 0x38, q1[2] = 0x01, q1[17] = 0x80;
+  auto y = deq(GgmlType::Q1_0, q1);
+  EXPECT_EQ(y[0], 0.5f);
+  EXPECT_EQ(y[1], -0.5f);
+  EXPECT_EQ(y[127], 0.5f);
+  // Q2_0, d = 2: byte 0 = 0b11100100 -> codes 0, 1, 2, 3 -> -2, 0, 2, 4.
+  std::vector<uint8_t> q2(18, 0x55);
+  q2[0] = 0x00, q2[1] = 0x40, q2[2] = 0xE4;
+  y = deq(GgmlType::Q2_0, q2);
+  EXPECT_EQ(y[0], -2.f);
+  EXPECT_EQ(y[1], 0.f);
+  EXPECT_EQ(y[2], 2.f);
+  EXPECT_EQ(y[3], 4.f);
+  // TQ1_0, d = 1: the digits 2, 0, 1, 2, 1 (value 2·81 + 0·27 + 1·9 + 2·3 + 1 = 178) in byte 0 are
+  // stored as ceil(178·256/243) = 188 and decode to elements 0, 32, 64, 96, 128 = 1, -1, 0, 1, 0.
+  std::vector<uint8_t> t1(54, 0);
+  t1[0] = 188, t1[53] = 0x3C;
+  y = deq(GgmlType::TQ1_0, t1);
+  EXPECT_EQ(y[0], 1.f);
+  EXPECT_EQ(y[32], -1.f);
+  EXPECT_EQ(y[64], 0.f);
+  EXPECT_EQ(y[96], 1.f);
+  EXPECT_EQ(y[128], 0.f);
+  // TQ2_0, d = 0.5: qs[33] = 0b00100100 -> elements 129, 161, 193 (codes 0, 1, 2) = -0.5, 0, 0.5.
+  std::vector<uint8_t> t2(66, 0);
+  t2[33] = 0x24, t2[65] = 0x38;
+  y = deq(GgmlType::TQ2_0, t2);
+  EXPECT_EQ(y[129], -0.5f);
+  EXPECT_EQ(y[161], 0.f);
+  EXPECT_EQ(y[193], 0.5f);
+  // NVFP4: sub-block 1 scale 0x38 (exponent 7, mantissa 0: 1.0); its byte 0 = 0x7A -> element 16
+  // code 0xA -> E2M1 -1, element 24 code 7 -> 6. Sub-block 0 scale 0x01 (subnormal 2^-9) times E2M1 0.5.
+  std::vector<uint8_t> nv(36, 0);
+  nv[0] = 0x01, nv[1] = 0x38, nv[4] = 0x01, nv[12] = 0x7A;
+  y = deq(GgmlType::NVFP4, nv);
+  EXPECT_EQ(y[16], -1.f);
+  EXPECT_EQ(y[24], 6.f);
+  EXPECT_EQ(y[0], std::ldexp(0.5f, -9));
+}
+
 // Float rows through the dispatcher: F32 copied, F16 / BF16 widened (conversions: test_fp16.cpp).
 TEST(DequantHand, FloatRows) {
   const float f32[2] = {1.5f, -0.f};
@@ -364,7 +548,9 @@ TEST(DequantHand, RejectsBadRows) {
   std::vector<float> y(64);
   std::vector<uint8_t> x(1024);
   EXPECT_THROW(ref::dequantize_row(GgmlType::Q4_K, x.data(), y.data(), 32), k3::Error);
-  EXPECT_THROW(ref::dequantize_row(GgmlType::IQ2_XXS, x.data(), y.data(), 256), k3::Error);
+  EXPECT_THROW(ref::dequantize_row(GgmlType::I32, x.data(), y.data(), 16), k3::Error);
+  EXPECT_THROW(ref::dequantize_row(GgmlType::NVFP4, x.data(), y.data(), 32), k3::Error);
+  EXPECT_THROW(ref::quantize_rows(GgmlType::Q1_0, y.data(), x.data(), 1, 64, nullptr), k3::Error);
   EXPECT_THROW(ref::quantize_rows(GgmlType::Q8_K, y.data(), x.data(), 1, 256, nullptr), k3::Error);
   EXPECT_THROW(ref::quantize_rows(GgmlType::Q4_0, y.data(), x.data(), 1, 48, nullptr), k3::Error);
 }

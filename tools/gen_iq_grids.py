@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Writes src/tensor/iq_grids_data.inc: the lattice codebooks of IQ2_XXS, IQ2_XS, IQ2_S and
+IQ1_S/IQ1_M, read back from ggml's own dequantizers (dequantize_row_* of node-llama-cpp's
+libggml-base.so) by dequantizing blocks that name every grid index once.
+
+Each codebook entry is 8 values drawn from three levels: IQ2 grids from {8, 25, 43}, the IQ1
+grid from {-1, 0, 1}. The file stores entry k as ggml's quantizer stores it, 2 bits per value
+(value i in bits 2i..2i+1 holding its level 0, 1 or 2); tensor/iq_grids.cpp expands the bytes.
+
+usage: tools/gen_iq_grids.py [--check]   (run from the repository root; --check compares with
+the committed file instead of writing it)
+"""
+import ctypes
+import os
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = os.path.join(ROOT, "tests/node/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so")
+OUT = os.path.join(ROOT, "src/tensor/iq_grids_data.inc")
+QK_K = 256
+F16_ONE = 0x3C00
+
+
+def dequantize(lib, name, block_bytes, blocks):
+    """Dequantizes a row of whole blocks (bytes) with ggml's dequantize_row_<name>."""
+    n = len(blocks) // block_bytes * QK_K
+    src = ctypes.create_string_buffer(bytes(blocks), len(blocks))
+    dst = (ctypes.c_float * n)()
+    fn = getattr(lib, "dequantize_row_" + name)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    fn.restype = None
+    fn(src, dst, n)
+    return list(dst)
+
+
+def levels_of(values, scale, offset, level_values, what):
+    """The 2-bit level codes of 8-value groups: value = scale * (level_values[level] + offset)."""
+    codes = []
+    for g in range(0, len(values), 8):
+        code = 0
+        for i, y in enumerate(values[g:g + 8]):
+            v = y / scale - offset
+            lv = [k for k, want in enumerate(level_values) if abs(v - want) < 1e-6]
+            if len(lv) != 1:
+                sys.exit(f"{what}: value {y} at entry {g // 8} is not one of the levels {level_values}")
+            code |= lv[0] << (2 * i)
+        codes.append(code)
+    return codes
+
+
+def iq2_xxs(lib):
+    # block: d, then per 32 values two u32: four grid indices (bytes), then signs (4 x 7 bits) and
+    # a 4-bit scale (0 here: the value is d * 0.5 * 0.25 * grid).
+    blocks = bytearray()
+    for b in range(256 // 32):
+        blocks += struct.pack("<H", F16_ONE)
+        for ib in range(8):
+            blocks += bytes(32 * b + 4 * ib + l for l in range(4)) + struct.pack("<I", 0)
+    return levels_of(dequantize(lib, "iq2_xxs", 66, blocks), 0.125, 0, (8, 25, 43), "iq2_xxs")
+
+
+def iq2_xs(lib):
+    # block: d, 32 u16 (9-bit grid index, 7 sign bits), 8 scale bytes (0: value d * 0.125 * grid).
+    blocks = bytearray()
+    for b in range(512 // 32):
+        blocks += struct.pack("<H", F16_ONE) + struct.pack("<32H", *range(32 * b, 32 * b + 32)) + bytes(8)
+    return levels_of(dequantize(lib, "iq2_xs", 74, blocks), 0.125, 0, (8, 25, 43), "iq2_xs")
+
+
+def iq2_s(lib):
+    # block: d, 32 low index bytes, 32 sign bytes, 8 qh bytes (2 high index bits per group of 8
+    # values), 8 scale bytes.
+    blocks = bytearray()
+    for b in range(1024 // 32):
+        idx = [32 * b + j for j in range(32)]
+        qh = [sum((idx[4 * ib + l] >> 8) << (2 * l) for l in range(4)) for ib in range(8)]
+        blocks += struct.pack("<H", F16_ONE) + bytes(i & 255 for i in idx) + bytes(32) + bytes(qh) + bytes(8)
+    return levels_of(dequantize(lib, "iq2_s", 82, blocks), 0.125, 0, (8, 25, 43), "iq2_s")
+
+
+def iq1_s(lib):
+    # block: d, 32 low index bytes, 8 u16 qh (3 high index bits per group of 8 values, a 3-bit
+    # scale (0: d * 1) and the delta sign (0: +1/8)).
+    blocks = bytearray()
+    for b in range(2048 // 32):
+        idx = [32 * b + j for j in range(32)]
+        qh = [sum((idx[4 * ib + l] >> 8) << (3 * l) for l in range(4)) for ib in range(8)]
+        blocks += struct.pack("<H", F16_ONE) + bytes(i & 255 for i in idx) + struct.pack("<8H", *qh)
+    return levels_of(dequantize(lib, "iq1_s", 50, blocks), 1.0, 0.125, (-1, 0, 1), "iq1_s")
+
+
+def ksigns(lib):
+    # The 128 sign patterns of IQ2_XXS: 7 stored bits per 8 values, read back on grid entry 0.
+    blocks = bytearray()
+    for b in range(128 // 32):
+        blocks += struct.pack("<H", F16_ONE)
+        for ib in range(8):
+            s = [32 * b + 4 * ib + l for l in range(4)]
+            blocks += bytes(4) + struct.pack("<I", s[0] | s[1] << 7 | s[2] << 14 | s[3] << 21)
+    y = dequantize(lib, "iq2_xxs", 66, blocks)
+    return [sum((y[8 * k + i] < 0) << i for i in range(8)) for k in range(128)]
+
+
+def table(ctype, name, values, per_line, width):
+    lines = [f"inline constexpr {ctype} {name}[{len(values)}] = {{"]
+    for i in range(0, len(values), per_line):
+        lines.append("    " + " ".join(f"{v:#0{width}x}," for v in values[i:i + per_line]))
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def main():
+    lib = ctypes.CDLL(LIB)
+    parts = [
+        "// Generated by tools/gen_iq_grids.py from ggml's dequantize_row_* (node-llama-cpp 3.22.1's",
+        "// libggml-base.so); do not edit. Grid entry k: 8 values, value i's level (0-2) in bits 2i..2i+1;",
+        "// IQ2 levels are the values 8, 25, 43, IQ1 levels -1, 0, 1 (tensor/iq_grids.h).",
+        "// kIqSigns: the sign byte of each 7-bit IQ2 sign code (bit i set: value i negative).",
+        table("uint16_t", "kIq2xxsLevels", iq2_xxs(lib), 12, 6),
+        table("uint16_t", "kIq2xsLevels", iq2_xs(lib), 12, 6),
+        table("uint16_t", "kIq2sLevels", iq2_s(lib), 12, 6),
+        table("uint16_t", "kIq1sLevels", iq1_s(lib), 12, 6),
+        table("uint8_t", "kIqSigns", ksigns(lib), 16, 4),
+    ]
+    text = "\n".join(parts) + "\n"
+    if sys.argv[1:] == ["--check"]:
+        with open(OUT) as f:
+            if f.read() != text:
+                sys.exit(f"{OUT} differs from what ggml's dequantizers give")
+        print(f"{OUT}: up to date")
+        return
+    with open(OUT + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(OUT + ".tmp", OUT)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
