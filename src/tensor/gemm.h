@@ -33,7 +33,7 @@ struct GemmKernel {
 // per-(row, token) vec_dot is the product). Tiled today: F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL,
 // MXFP4, Q2_K..Q6_K and the lane layouts Q8_0_X8, MXFP4_LANES (tensor/repack.h) on AVX2,
 // AVX-VNNI and AVX-512; every level also has decode rows for the 32-element block types and the
-// lane layouts (their 256-bit forms, AVX-512 included).
+// lane layouts (their 256-bit forms, AVX-512 included, but for Q8_0_X8's 512-bit decode rows).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,
