@@ -173,11 +173,11 @@ int main() {
   bool ok = run<va::Block32Tile<va::Mxfp4B>, vb::Block32Tile<vb::Mxfp4B>, vc::Block32Tile<vc::Mxfp4B>>(
       T::MXFP4, T::MXFP4, "mxfp4", va::b32_pack, vb::b32_pack);
   ok = run<va::ElemTile<va::Q80E>, vb::ElemTile<vb::Q80E>, vc::ElemTile<vc::Q80E>>(
-           T::Q8_0, T::Q8_0, "q8_0", va::elem_pack, vb::elem_pack) && ok;
+           T::Q8_0, T::Q8_0, "q8_0", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
   ok = run<va::LanesTile<va::Mxfp4LanesW>, vb::LanesTile<vb::Mxfp4LanesW>, vc::LanesTile<vc::Mxfp4LanesW>>(
            T::MXFP4, T::MXFP4_LANES, "mxfp4x8", va::lanes_pack, vb::lanes_pack) && ok;
   ok = run<va::ElemTile<va::Q80X8E>, vb::ElemTile<vb::Q80X8E>, vc::ElemTile<vc::Q80X8E>>(
-           T::Q8_0, T::Q8_0_X8, "q8_0x8", va::elem_pack, vb::elem_pack) && ok;
+           T::Q8_0, T::Q8_0_X8, "q8_0x8", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
   ok = run_kq(T::Q4_K, "q4_K", va::q4_K, vb::q4_K, vc::q4_K) && ok;
   ok = run_kq(T::Q2_K, "q2_K", va::q2_K, vb::q2_K, vc::q2_K) && ok;
   ok = run_kq(T::Q6_K, "q6_K", va::q6_K, vb::q6_K, vc::q6_K) && ok;
