@@ -1,6 +1,7 @@
-// Decode-row A/B: the decode rows of two source trees, the 32-element block ones (gemm_block32.inc)
-// and the lane layouts' (gemm_lanes.inc, what the model runs after repacking), compiled into one
-// binary and timed call by call, alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
+// Decode-row A/B: the decode rows of two source trees, the 32-element block ones (gemm_block32.inc,
+// gemm_elem.inc) and the repacked layouts' (gemm_lanes.inc, gemm_elem.inc: what the model runs after
+// repacking), compiled into one binary and timed call by call (one row: the 1 x 1 tile),
+// alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
 // 7168 inputs; and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Measuring"). A second
@@ -35,6 +36,8 @@ namespace va {
 #include K3_PATH(K3_AB_A, simd256_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_lanes.inc)
+#include K3_PATH(K3_AB_A, simd256_elem.inc)
+#include K3_PATH(K3_AB_A, gemm_elem.inc)
 }  // namespace va
 namespace vb {
 #include K3_PATH(K3_AB_B, simd256_common.inc)
@@ -42,6 +45,8 @@ namespace vb {
 #include K3_PATH(K3_AB_B, simd256_block32.inc)
 #include K3_PATH(K3_AB_B, gemm_block32.inc)
 #include K3_PATH(K3_AB_B, gemm_lanes.inc)
+#include K3_PATH(K3_AB_B, simd256_elem.inc)
+#include K3_PATH(K3_AB_B, gemm_elem.inc)
 }  // namespace vb
 namespace vc {  // A again: the control, what code placement alone moves
 #include K3_PATH(K3_AB_A, simd256_common.inc)
@@ -49,6 +54,8 @@ namespace vc {  // A again: the control, what code placement alone moves
 #include K3_PATH(K3_AB_A, simd256_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_lanes.inc)
+#include K3_PATH(K3_AB_A, simd256_elem.inc)
+#include K3_PATH(K3_AB_A, gemm_elem.inc)
 }  // namespace vc
 }  // namespace k3
 
@@ -165,12 +172,12 @@ int main() {
   using T = GgmlType;
   bool ok = run<va::Block32Tile<va::Mxfp4B>, vb::Block32Tile<vb::Mxfp4B>, vc::Block32Tile<vc::Mxfp4B>>(
       T::MXFP4, T::MXFP4, "mxfp4", va::b32_pack, vb::b32_pack);
-  ok = run<va::Block32Tile<va::Q80B>, vb::Block32Tile<vb::Q80B>, vc::Block32Tile<vc::Q80B>>(
-           T::Q8_0, T::Q8_0, "q8_0", va::b32_pack, vb::b32_pack) && ok;
+  ok = run<va::ElemTile<va::Q80E>, vb::ElemTile<vb::Q80E>, vc::ElemTile<vc::Q80E>>(
+           T::Q8_0, T::Q8_0, "q8_0", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
   ok = run<va::LanesTile<va::Mxfp4LanesW>, vb::LanesTile<vb::Mxfp4LanesW>, vc::LanesTile<vc::Mxfp4LanesW>>(
            T::MXFP4, T::MXFP4_LANES, "mxfp4x8", va::lanes_pack, vb::lanes_pack) && ok;
-  ok = run<va::LanesTile<va::Q80LanesW>, vb::LanesTile<vb::Q80LanesW>, vc::LanesTile<vc::Q80LanesW>>(
-           T::Q8_0, T::Q8_0_LANES, "q8_0x8", va::lanes_pack, vb::lanes_pack) && ok;
+  ok = run<va::ElemTile<va::Q80X8E>, vb::ElemTile<vb::Q80X8E>, vc::ElemTile<vc::Q80X8E>>(
+           T::Q8_0, T::Q8_0_X8, "q8_0x8", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
   ok = run_kq(T::Q4_K, "q4_K", va::q4_K, vb::q4_K, vc::q4_K) && ok;
   ok = run_kq(T::Q2_K, "q2_K", va::q2_K, vb::q2_K, vc::q2_K) && ok;
   ok = run_kq(T::Q6_K, "q6_K", va::q6_K, vb::q6_K, vc::q6_K) && ok;

@@ -83,7 +83,11 @@ size_t Model::repack_weights() {
   std::vector<Tensor*> mats;
   for_each_tensor(hp_, [&](const TensorRef& r) {
     Tensor& t = bound(w_, r);
-    if (t && r.def.global != &Weights::token_embd && repacked_type(t.type, t.ne[0]) != t.type) mats.push_back(&t);
+    if (!t || r.def.global == &Weights::token_embd) return;
+    const GgmlType rt = repacked_type(t.type, t.ne[0], t.ne[1]);
+    if (rt == t.type) return;
+    if (repack_keeps_bytes(t.type)) t.type = rt;  // read in place
+    else mats.push_back(&t);
   });
   // Pieces of about 8 MB of the matrices, worked on by every core (a K3 trunk is tens of GB).
   struct Piece {
@@ -137,7 +141,7 @@ size_t Model::repack_weights() {
   for (size_t m = 0; m < mats.size(); ++m) {
     if (!keep[m]) continue;
     Tensor* t = mats[m];
-    t->type = repacked_type(t->type, t->ne[0]);
+    t->type = repacked_type(t->type, t->ne[0], t->ne[1]);
     t->data = repacked_->data() + at[m];
     t->nb2 = 0;
   }

@@ -237,8 +237,18 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       const float* p = &probs[t * E];
       for (int64_t e = 0; e < E; ++e) s[e] = p[e] + bias[e];
       std::iota(idx.begin(), idx.end(), 0);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+      const auto above = [&](int32_t a, int32_t b) { return s[a] > s[b]; };
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), above);
+      // llama.cpp ranks with std::sort over all experts (its argsort); on equal scores the order, and
+      // which tied expert takes the last place, is that sort's, so it decides those (quantized
+      // routers can tie exactly).
+      bool tie = false;
+      for (int64_t j = 1; j < k; ++j) tie = tie || s[idx[j]] == s[idx[j - 1]];
+      for (int64_t j = k; j < E; ++j) tie = tie || s[idx[j]] == s[idx[k - 1]];
+      if (tie) {
+        std::iota(idx.begin(), idx.end(), 0);
+        std::sort(idx.begin(), idx.end(), above);
+      }
       double sum = 0.0;
       for (int64_t j = 0; j < k; ++j) {
         sel[t * k + j] = idx[j];

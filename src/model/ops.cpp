@@ -134,8 +134,8 @@ void exp_n(float* x, int64_t n) {
 }
 
 float rms_scale(const float* x, int64_t n, float eps) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  double s = 0.0;  // each square rounded to float, then summed in double: llama.cpp's rms_norm
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(s / n);
   return 1.0f / sqrtf(mean + eps);
 }

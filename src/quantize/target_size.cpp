@@ -86,16 +86,14 @@ std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& c
   const ImatrixEntry* ie = im ? im->find(t.name) : nullptr;
   if (ie && (ie->ne0 != ne0 || ie->n_mat != n_mat)) fail("imatrix entry '%s' does not match the tensor", t.name.c_str());
 
-  // Sampled rows and what each stands for: (matrix, its index in mats, row, weight).
+  // Sampled rows and what each stands for: (matrix, row, weight).
   const std::vector<int64_t> mats = spread(n_mat, std::max<int64_t>(1, sample_rows / 8));
   const std::vector<int64_t> rows = spread(ne1, (sample_rows + static_cast<int64_t>(mats.size()) - 1) /
                                                     static_cast<int64_t>(mats.size()));
   double count_sum = 0;
   if (ie) count_sum = std::accumulate(ie->counts.begin(), ie->counts.end(), 0.0);
   struct Pick {
-    int64_t mat;
-    size_t j;
-    int64_t row;
+    int64_t mat, row;
     double weight;
   };
   std::vector<Pick> picks;
@@ -107,7 +105,7 @@ std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& c
                            ? ie->counts[static_cast<size_t>(m)] * static_cast<double>(n_mat) / count_sum
                            : 1.0;
     if (ie) imp[j] = Imatrix::values(*ie, m);
-    for (int64_t r : rows) picks.push_back({m, j, r, use});
+    for (int64_t r : rows) picks.push_back({m, r, use});
   }
   const size_t np = picks.size();
 
@@ -124,9 +122,10 @@ std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& c
   // The relative error: Σ I·(x − x̂)² over Σ I·x², both over the sampled rows.
   double den = 0;
   for (size_t i = 0; i < np; ++i) {
+    const size_t j = static_cast<size_t>(std::find(mats.begin(), mats.end(), picks[i].mat) - mats.begin());
     const float* xi = x.data() + i * ne0;
     double s2 = 0;
-    for (int64_t k = 0; k < ne0; ++k) s2 += (ie ? imp[picks[i].j][k] : 1.0f) * static_cast<double>(xi[k]) * xi[k];
+    for (int64_t k = 0; k < ne0; ++k) s2 += (ie ? imp[j][k] : 1.0f) * static_cast<double>(xi[k]) * xi[k];
     den += picks[i].weight * s2;
   }
   std::vector<double> row_err(cands.size() * np, 0.0);
@@ -137,7 +136,8 @@ std::vector<double> measure(const TensorPlan& tp, const std::vector<GgmlType>& c
       const size_t c = static_cast<size_t>(task) / np, i = static_cast<size_t>(task) % np;
       const GgmlType ty = model::fallback_type(cands[c], ne0);
       if (ty == t.type || (!ie && ref::requires_imatrix(ty))) continue;  // copied: no error; or not available
-      const float* w = ie ? imp[picks[i].j].data() : nullptr;
+      const size_t j = static_cast<size_t>(std::find(mats.begin(), mats.end(), picks[i].mat) - mats.begin());
+      const float* w = ie ? imp[j].data() : nullptr;
       const float* xi = x.data() + i * ne0;
       q.resize(row_size(ty, ne0));
       quant::quantize_rows(ty, xi, q.data(), 1, ne0, w);

@@ -66,8 +66,8 @@ struct block_iq3_s { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; ui
 // 4l + k of chunk j holds elements 8j + k (low nibble) and 8j + 4 + k (high nibble) of that block.
 // The same 136 bytes as the 8 blocks.
 struct block_mxfp4x8 { uint8_t f[8]; uint8_t qs[4 * 32]; };
-// Q8_0_LANES: 8 Q8_0 blocks for the same kernels. d[l]: the scale of block kLaneBlock[l]; qs: 8
-// chunks of 32 bytes, bytes 4l..4l+3 of chunk v holding elements 4v..4v+3 of that block.
+// Q8_0_X8: 8 consecutive Q8_0 blocks, their scales first: d[k] and qs[32k..32k+31] are block k's,
+// so that one load gives a group's 8 scales (the same 272 bytes as the 8 blocks).
 struct block_q8_0x8 { uint16_t d[8]; int8_t qs[8 * 32]; };
 #pragma pack(pop)
 // Code of element i (0..31) of lane l's block.
@@ -95,7 +95,6 @@ inline constexpr int tq1_0_code(const block_tq1_0& x, int e) {
   if (e < 240) return tq1_0_digit(x.qs[32 + (e - 160) % 16], (e - 160) / 16);
   return tq1_0_digit(x.qh[(e - 240) % 4], (e - 240) / 4);
 }
-inline constexpr int8_t q8_0x8_code(const block_q8_0x8& x, int l, int i) { return x.qs[32 * (i / 4) + 4 * l + i % 4]; }
 
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
               sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34 && sizeof(block_q8_1) == 36 &&

@@ -130,12 +130,13 @@ void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
 
 // ---- vec_dot: 32-element blocks ---------------------------------------------------------------
 
-// The block terms float(Σ w·a) · (d_w · d_a) of Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 are summed in 8
+// The block terms float(Σ w·a) · (d_w · d_a) of Q4_0, IQ4_NL and MXFP4 are summed in 8
 // lanes: lane l takes block 8g + kLaneBlock[l] of each group g of 8 blocks (+0 for the blocks
 // a short last group lacks), and the lanes are added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
 // (l3 + l7)) (lanes_total: the 256-bit kernels' hsum). It is the order of the 256-bit kernels
-// (simd256_block32.inc), which form a group's terms in one vector, so every form gives these bits;
-// ggml adds the terms one after the other.
+// (simd256_block32.inc), which form a group's terms in one vector, so every form gives these bits.
+// llama.cpp sums these three types otherwise: its x86 builds repack them (ne1 % 8 == 0) and add one
+// FMA per block and output, in block order (docs/model.md, "Parity").
 float lanes_total(const float (&acc)[8]) {
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
@@ -148,6 +149,24 @@ float lane_sum(int64_t nb, Term&& term, const int (&order)[8] = kLaneBlock) {
       const int64_t b = g + order[l];
       acc[l] += b < nb ? term(b) : 0.0f;
     }
+  return lanes_total(acc);
+}
+
+// Q8_0 and Q5_0 sum in llama.cpp's x86 order, the one its dot (vec_dot) and its batch tiles
+// (llamafile sgemm) share on AVX2 and AVX-512 builds alike: per block, the 8 sums of 4 consecutive
+// products (elements 4l..4l+3 in lane l), each added to its float lane with one FMA, block after
+// block: acc_l = fma(d_w·d_a, Σ, acc_l); the lanes are added as lanes_total. With these bits a
+// model's activations round to the same Q8 codes as llama.cpp's, which a one-ulp difference in a
+// product can flip (docs/model.md, "Parity"). codes(i, c) writes weight block i's 32 codes and
+// returns its scale d_w.
+template <class Codes>
+float elem_lanes(int64_t nb, const block_q8_0* y, Codes&& codes) {
+  float acc[8] = {};
+  for (int64_t i = 0; i < nb; ++i) {
+    int8_t c[QK];
+    const float d = codes(i, c) * h2f(y[i].d);
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, static_cast<float>(dot32(c + 4 * l, y[i].qs + 4 * l, 4)), acc[l]);
+  }
   return lanes_total(acc);
 }
 
@@ -192,12 +211,10 @@ void unpack_q5(const uint8_t* qh4, const uint8_t* qs, int8_t* c) {
 
 void vec_dot_q5_0(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q5_0*>(vx);
-  const auto* y = static_cast<const block_q8_0*>(vy);
-  *s = lane_sum(n / QK, [&](int64_t i) {
-    int8_t c[QK];
+  *s = elem_lanes(n / QK, static_cast<const block_q8_0*>(vy), [&](int64_t i, int8_t* c) {
     unpack_q5(x[i].qh, x[i].qs, c);
-    for (int8_t& v : c) v = static_cast<int8_t>(v - 16);
-    return static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+    for (int j = 0; j < QK; ++j) c[j] = static_cast<int8_t>(c[j] - 16);
+    return h2f(x[i].d);
   });
 }
 
@@ -216,22 +233,18 @@ void vec_dot_q5_1(int64_t n, float* s, const void* vx, const void* vy) {
 
 void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q8_0*>(vx);
-  const auto* y = static_cast<const block_q8_0*>(vy);
-  *s = lane_sum(n / QK, [&](int64_t i) {
-    return static_cast<float>(dot32(x[i].qs, y[i].qs, QK)) * (h2f(x[i].d) * h2f(y[i].d));
+  *s = elem_lanes(n / QK, static_cast<const block_q8_0*>(vy), [&](int64_t i, int8_t* c) {
+    std::memcpy(c, x[i].qs, QK);
+    return h2f(x[i].d);
   });
 }
 
-// The same terms in the same lanes as vec_dot_q8_0: block i is lane kBlockLane[i % 8] of group i / 8.
-void vec_dot_q8_0_lanes(int64_t n, float* s, const void* vx, const void* vy) {
+// The same blocks as vec_dot_q8_0, grouped by 8 (blocks.h): the same bits.
+void vec_dot_q8_0_x8(int64_t n, float* s, const void* vx, const void* vy) {
   const auto* x = static_cast<const block_q8_0x8*>(vx);
-  const auto* y = static_cast<const block_q8_0*>(vy);
-  *s = lane_sum(n / QK, [&](int64_t i) {
-    const block_q8_0x8& g = x[i / 8];
-    const int l = kBlockLane[i % 8];
-    int8_t c[QK];
-    for (int j = 0; j < QK; ++j) c[j] = q8_0x8_code(g, l, j);
-    return static_cast<float>(dot32(c, y[i].qs, QK)) * (h2f(g.d[l]) * h2f(y[i].d));
+  *s = elem_lanes(n / QK, static_cast<const block_q8_0*>(vy), [&](int64_t i, int8_t* c) {
+    std::memcpy(c, x[i / 8].qs + QK * (i % 8), QK);
+    return h2f(x[i / 8].d[i % 8]);
   });
 }
 
@@ -329,8 +342,7 @@ void vec_dot_nvfp4(int64_t n, float* s, const void* vx, const void* vy) {
 // the dot is lanes_total(acc). ggml instead forms each super-block's value
 // from its totals; the lanes spare the SIMD forms a horizontal sum per super-block
 // (docs/performance.md, "K-quant sums").
-struct KqLanes {
-  float acc[8] = {};
+struct KqInts {
   int32_t isum[8], msum[8];
 
   // Zeroes the integer lanes and adds Σ scale[e / sub]·code[e]·a[e] to isum.
@@ -346,11 +358,28 @@ struct KqLanes {
       else msum[l] += t;
     }
   }
+};
+struct KqLanes : KqInts {
+  float acc[8] = {};
   void add(float da, float dw, float dmin) {
     for (int l = 0; l < 8; ++l)
       acc[l] = std::fma(da * dw, static_cast<float>(isum[l]), std::fma(-(da * dmin), static_cast<float>(msum[l]), acc[l]));
   }
   float total() const { return lanes_total(acc); }
+};
+// Q2_K_SB: the order of llama.cpp's repacked Q2_K on its AVX-512 builds as its gemv sums it (every
+// decode step, and the n % 4 last tokens of a batch; its gemm, for the 4-token groups, adds each
+// 128-element half separately): a super-block's isum and msum added up exactly, one FMA each into
+// two float sums, subtracted at the end.
+struct KqBlocks : KqInts {
+  float sum = 0.0f, mins = 0.0f;
+  void add(float da, float dw, float dmin) {
+    int32_t is = 0, ms = 0;
+    for (int l = 0; l < 8; ++l) is += isum[l], ms += msum[l];
+    sum = std::fma(static_cast<float>(is), dw * da, sum);
+    mins = std::fma(static_cast<float>(ms), dmin * da, mins);
+  }
+  float total() const { return sum - mins; }
 };
 
 // One weight super-block as KqLanes takes it: codes, a scale per sub elements, the per-sub terms v
@@ -365,12 +394,12 @@ struct KqBlock {
   float dw = 0.0f, dmin = 0.0f;
 };
 
-// Every super-block type's dot: decode(x[i], b) fills b, the lanes do the rest.
-template <class Block, class Decode>
+// Every super-block type's dot: decode(x[i], b) fills b, Sum (KqLanes; KqBlocks for Q2_K_SB) does the rest.
+template <class Block, class Sum = KqLanes, class Decode>
 void kq_dot(int64_t n, float* s, const void* vx, const void* vy, Decode&& decode) {
   const auto* x = static_cast<const Block*>(vx);
   const auto* y = static_cast<const block_q8_K*>(vy);
-  KqLanes k;
+  Sum k;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     KqBlock b;
     decode(x[i], b);
@@ -381,8 +410,9 @@ void kq_dot(int64_t n, float* s, const void* vx, const void* vy, Decode&& decode
   *s = k.total();
 }
 
+template <class Sum>
 void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
-  kq_dot<block_q2_K>(n, s, vx, vy, [](const block_q2_K& x, KqBlock& b) {
+  kq_dot<block_q2_K, Sum>(n, s, vx, vy, [](const block_q2_K& x, KqBlock& b) {
     for (int e = 0; e < QK_K; ++e) b.c[e] = static_cast<int8_t>((x.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
     for (int j = 0; j < 16; ++j) b.sc[j] = x.scales[j] & 15, b.v[j] = x.scales[j] >> 4;
     b.sub = 16, b.has_v = true;  // mins
@@ -630,9 +660,10 @@ void register_scalar_kernels(KernelTable& t) {
   set(T::Q5_0, T::Q8_0, to_float_ref<T::Q5_0>, vec_dot_q5_0);
   set(T::Q5_1, T::Q8_1, to_float_ref<T::Q5_1>, vec_dot_q5_1);
   set(T::Q8_0, T::Q8_0, to_float_ref<T::Q8_0>, vec_dot_q8_0);
-  set(T::Q8_0_LANES, T::Q8_0, to_float_ref<T::Q8_0_LANES>, vec_dot_q8_0_lanes);
+  set(T::Q8_0_X8, T::Q8_0, to_float_ref<T::Q8_0_X8>, vec_dot_q8_0_x8);
   set(T::Q8_1, T::Q8_1, to_float_ref<T::Q8_1>, nullptr);
-  set(T::Q2_K, T::Q8_K, to_float_ref<T::Q2_K>, vec_dot_q2_K);
+  set(T::Q2_K, T::Q8_K, to_float_ref<T::Q2_K>, vec_dot_q2_K<KqLanes>);
+  set(T::Q2_K_SB, T::Q8_K, to_float_ref<T::Q2_K_SB>, vec_dot_q2_K<KqBlocks>);
   set(T::Q3_K, T::Q8_K, to_float_ref<T::Q3_K>, vec_dot_q3_K);
   set(T::Q4_K, T::Q8_K, to_float_ref<T::Q4_K>, vec_dot_q45_K<false, block_q4_K>);
   set(T::Q5_K, T::Q8_K, to_float_ref<T::Q5_K>, vec_dot_q45_K<true, block_q5_K>);

@@ -133,6 +133,8 @@ struct Bf16Gemm {
 #include "tensor/simd256_lowbit.inc"
 #include "tensor/gemm_block32.inc"
 #include "tensor/gemm_lanes.inc"
+#include "tensor/simd256_elem.inc"
+#include "tensor/gemm_elem.inc"
 #include "tensor/gemm_lowbit.inc"
 #include "tensor/simd256_iq.inc"
 
@@ -326,14 +328,15 @@ constexpr GemmKernel iq2_kernel() { return wide_kernel<WideGemm<Iq2KW<W>, IqDot,
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
 constexpr GemmKernel kBf16 = unpacked<Bf16Gemm>();
-constexpr GemmKernel kQ80 = block32_kernel<Q80B>();
+constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
-constexpr GemmKernel kQ80Lanes = lanes_kernel<Q80LanesW>();
-constexpr GemmKernel kQ50 = block32_kernel<Q50B>();
+constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
+constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
+constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
 constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
@@ -366,9 +369,10 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
     case GgmlType::MXFP4_LANES: return &kMxfp4Lanes;
-    case GgmlType::Q8_0_LANES: return &kQ80Lanes;
+    case GgmlType::Q8_0_X8: return &kQ80X8;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
+    case GgmlType::Q2_K_SB: return &kQ2KSb;
     case GgmlType::Q3_K: return &kQ3K;
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q5_K: return &kQ5K;

@@ -38,7 +38,7 @@ constexpr size_t kStepBytes = 4096;
 // Rows a tile call of several tokens covers at least, so that tiles of two weight rows (BF16) load
 // each activation vector once for both. bench_kernels few_tokens at K3's width, 4 tokens, two
 // threads on AMD Zen 5: BF16 36.1 GB/s of weights at 2 rows, 27.6 at 1; the 1-row lane tiles lose
-// some (Q8_0_LANES 26.8 against 31.9; 19.4 before streaming) (docs/notes/i38b.md).
+// some (Q8_0_X8 26.8 against 31.9; 19.4 before streaming) (docs/notes/i38b.md).
 constexpr int64_t kTileStepRows = 2;
 
 // The first prefetch_distance() bytes of rows [r0, r1) of each product: the prefetches during the

@@ -47,9 +47,10 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n) {
     case GgmlType::Q5_0: return dequantize_row_q5_0(as<block_q5_0>(x), y, n);
     case GgmlType::Q5_1: return dequantize_row_q5_1(as<block_q5_1>(x), y, n);
     case GgmlType::Q8_0: return dequantize_row_q8_0(as<block_q8_0>(x), y, n);
-    case GgmlType::Q8_0_LANES: return dequantize_row_q8_0_lanes(as<block_q8_0x8>(x), y, n);
+    case GgmlType::Q8_0_X8: return dequantize_row_q8_0_x8(as<block_q8_0x8>(x), y, n);
     case GgmlType::Q8_1: return dequantize_row_q8_1(as<block_q8_1>(x), y, n);
-    case GgmlType::Q2_K: return dequantize_row_q2_K(as<block_q2_K>(x), y, n);
+    case GgmlType::Q2_K:
+    case GgmlType::Q2_K_SB: return dequantize_row_q2_K(as<block_q2_K>(x), y, n);
     case GgmlType::Q3_K: return dequantize_row_q3_K(as<block_q3_K>(x), y, n);
     case GgmlType::Q4_K: return dequantize_row_q4_K(as<block_q4_K>(x), y, n);
     case GgmlType::Q5_K: return dequantize_row_q5_K(as<block_q5_K>(x), y, n);

@@ -134,11 +134,11 @@ void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n) {
   }
 }
 
-void dequantize_row_q8_0_lanes(const block_q8_0x8* x, float* y, int64_t n) {
+void dequantize_row_q8_0_x8(const block_q8_0x8* x, float* y, int64_t n) {
   for (int64_t g = 0; g < n / QK_K; ++g, y += QK_K)
-    for (int l = 0; l < 8; ++l) {
-      const float d = fp16_to_fp32(x[g].d[l]);
-      for (int i = 0; i < QK; ++i) y[QK * kLaneBlock[l] + i] = q8_0x8_code(x[g], l, i) * d;
+    for (int k = 0; k < 8; ++k) {
+      const float d = fp16_to_fp32(x[g].d[k]);
+      for (int i = 0; i < QK; ++i) y[QK * k + i] = static_cast<float>(x[g].qs[QK * k + i]) * d;
     }
 }
 

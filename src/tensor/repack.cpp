@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "tensor/blocks.h"
+#include "tensor/kernels.h"
 
 namespace k3 {
 
@@ -17,7 +18,7 @@ uint32_t load32(const uint8_t* p) {
 
 // Group b[0..8) as block_mxfp4x8. Chunk j < 2 takes low nibbles (elements 8j..8j+7 are qs[8j..8j+7]
 // & 15), chunk j >= 2 the high ones of the same bytes; elements 8j + k and 8j + 4 + k share a byte.
-block_mxfp4x8 to_lanes(const block_mxfp4* b) {
+block_mxfp4x8 group8(const block_mxfp4* b) {
   block_mxfp4x8 g;
   constexpr uint32_t kLo = 0x0F0F0F0Fu;
   for (int l = 0; l < 8; ++l) {
@@ -33,39 +34,40 @@ block_mxfp4x8 to_lanes(const block_mxfp4* b) {
   return g;
 }
 
-block_q8_0x8 to_lanes(const block_q8_0* b) {
+block_q8_0x8 group8(const block_q8_0* b) {
   block_q8_0x8 g;
-  for (int l = 0; l < 8; ++l) {
-    g.d[l] = b[kLaneBlock[l]].d;
-    for (int v = 0; v < 8; ++v) std::memcpy(g.qs + 32 * v + 4 * l, b[kLaneBlock[l]].qs + 4 * v, 4);
+  for (int k = 0; k < 8; ++k) {
+    g.d[k] = b[k].d;
+    std::memcpy(g.qs + QK * k, b[k].qs, QK);
   }
   return g;
 }
 
 // Each group of 8 blocks of every row, in place.
 template <class Block>
-void groups_to_lanes(uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
+void regroup(uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
   for (int64_t r = 0; r < nrows; ++r) {
     auto* x = reinterpret_cast<Block*>(rows + static_cast<size_t>(r) * stride);
     for (int64_t g = 0; g < ne0 / QK_K; ++g) {
-      const auto lanes = to_lanes(x + 8 * g);
-      static_assert(sizeof(lanes) == 8 * sizeof(Block));
-      std::memcpy(static_cast<void*>(x + 8 * g), &lanes, sizeof(lanes));
+      const auto grouped = group8(x + 8 * g);
+      static_assert(sizeof(grouped) == 8 * sizeof(Block));
+      std::memcpy(static_cast<void*>(x + 8 * g), &grouped, sizeof(grouped));
     }
   }
 }
 
 }  // namespace
 
-GgmlType repacked_type(GgmlType t, int64_t ne0) {
+GgmlType repacked_type(GgmlType t, int64_t ne0, int64_t ne1) {
   if (ne0 <= 0 || ne0 % QK_K != 0) return t;
   if (t == GgmlType::MXFP4) return GgmlType::MXFP4_LANES;
-  if (t == GgmlType::Q8_0) return GgmlType::Q8_0_LANES;
+  if (t == GgmlType::Q8_0) return GgmlType::Q8_0_X8;
+  if (t == GgmlType::Q2_K && ne1 % 8 == 0 && active_isa() == Isa::Avx512) return GgmlType::Q2_K_SB;
   return t;
 }
 
 bool repackable(GgmlType t, const uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
-  if (repacked_type(t, ne0) == t || t != GgmlType::MXFP4) return true;
+  if (t != GgmlType::MXFP4 || ne0 % QK_K != 0) return true;
   for (int64_t r = 0; r < nrows; ++r) {
     const auto* x = reinterpret_cast<const block_mxfp4*>(rows + static_cast<size_t>(r) * stride);
     for (int64_t i = 0; i < ne0 / QK; ++i)
@@ -75,10 +77,9 @@ bool repackable(GgmlType t, const uint8_t* rows, int64_t nrows, int64_t ne0, siz
 }
 
 void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
-  if (repacked_type(t, ne0) == t) return;
-  if (t == GgmlType::MXFP4) return groups_to_lanes<block_mxfp4>(rows, nrows, ne0, stride);
-  K3_ASSERT(t == GgmlType::Q8_0);
-  groups_to_lanes<block_q8_0>(rows, nrows, ne0, stride);
+  if (ne0 % QK_K != 0) return;
+  if (t == GgmlType::MXFP4) return regroup<block_mxfp4>(rows, nrows, ne0, stride);
+  if (t == GgmlType::Q8_0) return regroup<block_q8_0>(rows, nrows, ne0, stride);
 }
 
 }  // namespace k3

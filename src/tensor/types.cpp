@@ -29,8 +29,10 @@ constexpr TypeInfo kTypes[] = {
     {T::NVFP4, "nvfp4", 64, 36, true},  {T::Q1_0, "q1_0", 128, 18, true},
     {T::Q2_0, "q2_0", 64, 18, true},
 };
-// 8 blocks as one: the same bytes per element, so row sizes and strides do not change.
-constexpr TypeInfo kLanes[] = {{T::Q8_0_LANES, "q8_0_lanes", 256, 272, true},
+// The same bytes per element as the file types they come from, so row sizes and strides do not
+// change (Q8_0_X8, MXFP4_LANES: 8 blocks as one).
+constexpr TypeInfo kLanes[] = {{T::Q2_K_SB, "q2_K_sb", 256, 84, true},
+                               {T::Q8_0_X8, "q8_0_x8", 256, 272, true},
                                {T::MXFP4_LANES, "mxfp4_lanes", 256, 136, true}};
 
 bool iequal(std::string_view a, std::string_view b) {

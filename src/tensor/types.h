@@ -14,8 +14,9 @@ enum class GgmlType : uint32_t {
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41, Q2_0 = 42,
   // k3's own layouts, never in a file (the GGUF reader and writer refuse them): rows repacked at
-  // load for the SIMD kernels (blocks.h, block_q8_0x8 and block_mxfp4x8; tensor/repack.h).
-  Q8_0_LANES = 62, MXFP4_LANES = 63,
+  // load for the SIMD kernels (blocks.h, block_q8_0x8 and block_mxfp4x8; tensor/repack.h), and
+  // Q2_K_SB: Q2_K's bytes summed per super-block, in the order of llama.cpp's repacked Q2_K.
+  Q2_K_SB = 61, Q8_0_X8 = 62, MXFP4_LANES = 63,
 };
 
 struct TypeInfo {
@@ -27,7 +28,7 @@ struct TypeInfo {
 };
 
 // A type a file may name: nullptr for an id that is unknown, retired (4, 5, 31-33, 36-38) or
-// k3's own (Q8_0_LANES, MXFP4_LANES).
+// k3's own (Q2_K_SB, Q8_0_X8, MXFP4_LANES).
 const TypeInfo* type_info(uint32_t id);
 // Any type, k3's own included: nullptr (find_type) or an assertion (type_info) if unknown.
 const TypeInfo* find_type(GgmlType t);

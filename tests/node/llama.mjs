@@ -3,11 +3,14 @@
 // Every subcommand prints one JSON document to stdout (or --out FILE); on failure it prints a
 // one-line error to stderr and exits 1 (2 for usage errors). See README.md for the CLI.
 import fs from "node:fs";
+import path from "node:path";
+import { spawnSync } from "node:child_process";
 import { getLlama, LlamaLogLevel, readGgufFileInfo, GgufInsights } from "node-llama-cpp";
 
 const USAGE = `usage: node llama.mjs COMMAND --model F.gguf [options]
   load        --model F [--no-mmap]
   logits      --model F --ids 1,2,3 [--mode batch|incremental] [--threads N] [--ctx N] [--out F.json] [--bin F.f32]
+              [--dump DIR [--dump-lib libk3_llama_dump.so]]
   generate    --model F --ids 1,2,3 -n 32 [--threads N] [--ctx N] [--stop-eos]
   tokenize    --model F [--special] (--in strings.json | --text S) [--out ids.json]
   detokenize  --model F [--special] (--in ids.json | --ids 1,2,3) [--out strings.json]
@@ -298,12 +301,26 @@ const commands = {
 let GgmlTypeNames = null;
 function ggmlTypeName(id) { return GgmlTypeNames?.[id] ?? String(id); }
 
+// logits --dump: llama.cpp's named intermediates, written by the llama_dump.cpp shim, which must be
+// preloaded when the process starts: this process runs itself again under LD_PRELOAD.
+function rerunWithDump(a) {
+    const lib = path.resolve(a["dump-lib"] ?? process.env.K3_LLAMA_DUMP_LIB ??
+        new URL("../../build/lib/libk3_llama_dump.so", import.meta.url).pathname);
+    if (!fs.existsSync(lib)) throw new UsageError(`--dump needs the shim ${lib} (built with the tests; or --dump-lib)`);
+    fs.rmSync(a.dump, { recursive: true, force: true });
+    fs.mkdirSync(a.dump, { recursive: true });
+    const env = { ...process.env, LD_PRELOAD: lib, K3_LLAMA_DUMP: path.resolve(a.dump) };
+    return spawnSync(process.execPath, process.argv.slice(1), { stdio: "inherit", env }).status ?? 1;
+}
+
 async function main() {
     const argv = process.argv.slice(2);
     const cmd = argv[0];
     if (!cmd || cmd === "--help" || cmd === "-h") { process.stdout.write(USAGE + "\n"); return 0; }
     if (!commands[cmd]) throw new UsageError(`unknown command ${cmd}`);
     const a = parseArgs(argv.slice(1));
+    if (a.dump && cmd !== "logits") throw new UsageError("--dump is a logits option");
+    if (a.dump && !process.env.K3_LLAMA_DUMP) return rerunWithDump(a);
     verbose = Boolean(a.verbose);
     const { GgmlType } = await import("node-llama-cpp");
     GgmlTypeNames = GgmlType;

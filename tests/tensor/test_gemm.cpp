@@ -19,8 +19,8 @@ namespace {
 using T = GgmlType;
 
 const T kTypes[] = {T::F32,   T::F16,  T::BF16, T::Q8_0,  T::Q4_0,  T::Q5_0,  T::IQ4_NL,  T::MXFP4,
-                    T::Q2_K,  T::Q3_K, T::Q4_K, T::Q5_K,  T::Q6_K,  T::IQ4_XS, T::Q1_0,   T::Q2_0,
-                    T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S, T::IQ2_XXS, T::IQ2_XS,
+                    T::Q2_K,  T::Q2_K_SB, T::Q3_K, T::Q4_K, T::Q5_K,  T::Q6_K,  T::IQ4_XS, T::Q1_0,
+                    T::Q2_0,  T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S, T::IQ2_XXS, T::IQ2_XS,
                     T::IQ2_S, T::IQ1_S, T::IQ1_M};
 
 struct Case {
@@ -42,7 +42,7 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
   const float* qw = ref::requires_imatrix(t) ? imatrix.data() : nullptr;
   for (int64_t r = 0; r < cs.rows; ++r) {
     for (float& v : f) v = nd(rng) * 0.05f;
-    quantize_rows(t, f.data(), w.data() + r * ws, 1, cs.n, qw);
+    quantize_rows(t == T::Q2_K_SB ? T::Q2_K : t, f.data(), w.data() + r * ws, 1, cs.n, qw);  // the same bytes
   }
   const size_t arow = row_size(vt, cs.n);
   std::vector<uint8_t> a(arow * cs.tokens);

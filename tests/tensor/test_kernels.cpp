@@ -10,8 +10,8 @@
 
 #include "codebooks.h"
 #include "common/error.h"
-#include "ggml_cpu_oracle.h"
 #include "iq_blocks.h"
+#include "support/ggml_cpu_oracle.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
 #include "tensor/gemm.h"
@@ -24,7 +24,7 @@ using T = GgmlType;
 using Bytes = std::vector<uint8_t>;
 
 const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16,  T::Q4_0,  T::Q4_1,    T::Q5_0,  T::Q5_1, T::Q8_0,
-                          T::Q2_K, T::Q3_K, T::Q4_K,  T::Q5_K,  T::Q6_K,    T::MXFP4, T::IQ4_NL, T::IQ4_XS,
+                          T::Q2_K, T::Q2_K_SB, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
                           T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0, T::IQ3_XXS, T::IQ3_S,
                           T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
 const T kLatticeTypes[] = {T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
@@ -32,15 +32,19 @@ const T kActTypes[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K};
 
 // Quantized dots whose SIMD forms evaluate the scalar reference's float operations in its order, so
 // that they give its bits on every ISA: the K-quants, IQ4_XS and the lattice types (one value per
-// super-block) and the 32-element block types (simd256_block32.inc, at every level).
+// super-block) and the 32-element block types (simd256_block32.inc and simd256_elem.inc, at every
+// level).
 bool is_lattice(T t) { return std::find(std::begin(kLatticeTypes), std::end(kLatticeTypes), t) != std::end(kLatticeTypes); }
 bool order_exact(T t) {
-  return t == T::Q2_K || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K || t == T::IQ4_XS ||
-         t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4 || t == T::Q1_0 ||
-         t == T::Q2_0 || t == T::NVFP4 || t == T::TQ1_0 || t == T::TQ2_0 || t == T::IQ3_XXS || t == T::IQ3_S ||
-         is_lattice(t);
+  return t == T::Q2_K || t == T::Q2_K_SB || t == T::Q3_K || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K ||
+         t == T::IQ4_XS || t == T::Q4_0 || t == T::Q5_0 || t == T::Q8_0 || t == T::IQ4_NL || t == T::MXFP4 ||
+         t == T::Q1_0 || t == T::Q2_0 || t == T::NVFP4 || t == T::TQ1_0 || t == T::TQ2_0 || t == T::IQ3_XXS ||
+         t == T::IQ3_S || is_lattice(t);
 }
 bool is_float(T t) { return t == T::F32 || t == T::F16 || t == T::BF16; }
+// Dots whose reference sums in the order of ggml's x86 vec_dot (its AVX2 form, in every x86 build
+// with AVX2), so that they give its bits (docs/model.md, "Parity").
+bool ggml_order(T t) { return t == T::Q8_0 || t == T::Q5_0 || t == T::Q2_K || t == T::Q6_K || t == T::IQ4_XS; }
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> v;
@@ -61,7 +65,7 @@ std::vector<int> f16_fields(T t) {
     case T::TQ2_0: return {64};
     case T::IQ2_XXS: case T::IQ2_XS: case T::IQ2_S: case T::IQ1_S: return {0};
     case T::Q4_1: case T::Q5_1: case T::Q4_K: case T::Q5_K: return {0, 2};
-    case T::Q2_K: return {80, 82};
+    case T::Q2_K: case T::Q2_K_SB: return {80, 82};
     case T::Q3_K: return {108};
     case T::Q6_K: return {208};
     default: return {};
@@ -286,6 +290,7 @@ TEST(KernelsVsGgml, VecDot) {
   std::printf("ggml variant: %s\n", g->variant().c_str());
   Gen gen(2);
   for (T t : kWeightTypes) {
+    if (!type_info(static_cast<uint32_t>(t))) continue;  // k3's own (Q2_K_SB: tests/tensor/test_vs_llama.cpp)
     const T at = kernels(t, Isa::Scalar).vec_dot_type;
     double worst = 0.0;
     for (int64_t n : row_lengths(t)) {
@@ -300,6 +305,10 @@ TEST(KernelsVsGgml, VecDot) {
         const double err = std::fabs(static_cast<double>(mine) - theirs);
         worst = std::max(worst, scale > 0 ? err / scale : err);
         EXPECT_LE(err, 1e-6 * scale) << type_name(t) << " n=" << n << " mode " << int(m) << ": " << mine << " vs " << theirs;
+        if (ggml_order(t)) {
+          EXPECT_EQ(std::memcmp(&mine, &theirs, sizeof(float)), 0)
+              << type_name(t) << " n=" << n << ": not ggml's bits, " << mine << " vs " << theirs;
+        }
       }
     }
     std::printf("%-7s worst |k3 - ggml| / sum|terms| = %.2e\n", type_name(t), worst);

@@ -65,7 +65,7 @@ Bytes repacked(T t, const Bytes& w, int64_t rows, int64_t n) {
 }
 
 // File types and the layouts they repack into.
-constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_LANES}};
+constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_X8}};
 
 float dot(T t, Isa isa, const uint8_t* w, const uint8_t* a, int64_t n) {
   float s;
@@ -75,15 +75,36 @@ float dot(T t, Isa isa, const uint8_t* w, const uint8_t* a, int64_t n) {
 
 TEST(Repack, WhichRowsRepack) {
   for (auto [file, lanes] : kPairs) {
-    EXPECT_EQ(repacked_type(file, 7168), lanes);
-    EXPECT_EQ(repacked_type(file, 256), lanes);
-    EXPECT_EQ(repacked_type(file, 288), file);  // 9 blocks: not whole groups
+    EXPECT_EQ(repacked_type(file, 7168, 8), lanes);
+    EXPECT_EQ(repacked_type(file, 256, 8), lanes);
+    EXPECT_EQ(repacked_type(file, 288, 8), file);  // 9 blocks: not whole groups
     EXPECT_EQ(row_size(lanes, 7168), row_size(file, 7168));
   }
-  EXPECT_EQ(repacked_type(T::Q4_K, 7168), T::Q4_K);
+  EXPECT_EQ(repacked_type(T::Q4_K, 7168, 8), T::Q4_K);
   Bytes q(row_size(T::Q4_K, 256), 7);
   repack_rows(T::Q4_K, q.data(), 1, 256, q.size());
   EXPECT_EQ(q, Bytes(q.size(), 7));  // no faster layout: untouched
+}
+
+// Q2_K becomes Q2_K_SB where llama.cpp repacks it (its AVX-512 builds, a multiple of 8 rows): the
+// same bytes, only the order of the sums changes.
+TEST(Repack, Q2KSummedPerSuperBlockAtAvx512) {
+  const Isa was = active_isa();
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
+    set_isa(isa);
+    const T want = isa == Isa::Avx512 ? T::Q2_K_SB : T::Q2_K;
+    EXPECT_EQ(repacked_type(T::Q2_K, 7168, 64), want) << isa_name(isa);
+    EXPECT_EQ(repacked_type(T::Q2_K, 7168, 12), T::Q2_K) << isa_name(isa);
+  }
+  set_isa(was);
+  EXPECT_TRUE(repack_keeps_bytes(T::Q2_K));
+  EXPECT_FALSE(repack_keeps_bytes(T::Q8_0));
+  Bytes q(row_size(T::Q2_K, 256), 7);
+  repack_rows(T::Q2_K, q.data(), 1, 256, q.size());
+  EXPECT_EQ(q, Bytes(q.size(), 7));
+  EXPECT_EQ(row_size(T::Q2_K_SB, 7168), row_size(T::Q2_K, 7168));
+  EXPECT_EQ(type_info(static_cast<uint32_t>(T::Q2_K_SB)), nullptr);  // never in a file
 }
 
 // MXFP4 scales 2^-128 and 2^-127 (exponents 0, 1) are subnormal as f32, which the lanes layout's

@@ -1,0 +1,114 @@
+// k3's matrix products against llama.cpp's on this CPU: the same weights and activation rows through
+// k3::matmul (at every ISA this CPU has, the file layout and the repacked one) and through
+// llama.cpp's CPU backend as its models run them (a mul_mat on the variant its loader picks here,
+// the weight in its CPU_REPACK buffer where its loader puts it: support/ggml_cpu_oracle.h), for 1 to
+// 17 tokens. The types whose summation order k3 takes from llama.cpp must give its bits exactly
+// (docs/model.md, "Parity"); for the others the test prints how far apart the two are. Run for the
+// variant llama.cpp loads on this CPU and for its AVX2 build (haswell: what it runs on a CPU
+// without AVX-512), where this CPU can run it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/cpu_family.h"
+#include "support/ggml_cpu_oracle.h"
+#include "tensor/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/repack.h"
+#include "tensor/threadpool.h"
+
+namespace k3 {
+namespace {
+
+using T = GgmlType;
+
+// From which token of a batch of n_tok k3 (running weights of type t, the file's or the repacked
+// one) sums in llama.cpp's order on this variant (n_tok: nowhere). Q8_0 and Q5_0: everywhere
+// (llama.cpp's vec_dot and its batch tiles share one order). Q6_K: everywhere (vec_dot; never
+// repacked on x86). Q2_K: everywhere, as vec_dot sums it, where the variant does not repack it (no
+// AVX-512); where it does, Q2_K_SB has the order of its gemv, which takes the n_tok % 4 last tokens
+// (and every decode step), while its gemm adds each 128-element half of a super-block separately
+// for the 4-token groups before them. IQ4_XS: below 8 tokens (from 8 on its batches take another
+// path).
+int64_t mirrored_from(T t, int64_t n_tok, const test::GgmlCpu& g) {
+  switch (t) {
+    case T::Q8_0: case T::Q8_0_X8: case T::Q5_0: case T::Q6_K: return 0;
+    case T::Q2_K: return g.avx512() ? n_tok : 0;
+    case T::Q2_K_SB: return g.avx512() ? n_tok - n_tok % 4 : n_tok;
+    case T::IQ4_XS: return n_tok < 8 ? 0 : n_tok;
+    default: return n_tok;
+  }
+}
+
+void check_variant(const test::GgmlCpu& g) {
+  std::printf("[vs llama] %s, llama.cpp CPU variant %s%s\n", test::cpu_family().c_str(), g.variant().c_str(),
+              g.avx512() ? " (AVX-512)" : "");
+  const T types[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q2_K, T::Q3_K,
+                     T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const int64_t ne1 = 24;  // a multiple of 8: llama.cpp repacks where it does
+  for (T t : types) {
+    const bool k_quant = type_info(t).block == 256;
+    double worst = 0.0;
+    int exact = 0, cases = 0;
+    bool mirror = false;  // one of the two layouts, for one token
+    for (int64_t ne0 : k_quant ? std::vector<int64_t>{256, 1280} : std::vector<int64_t>{96, 288, 1280}) {
+      std::vector<float> wf(ne0 * ne1);
+      for (float& v : wf) v = nd(rng) * 0.05f;
+      std::vector<uint8_t> w(row_size(t, ne0) * ne1);
+      if (t == T::F32) std::memcpy(w.data(), wf.data(), w.size());
+      else quantize_rows(t, wf.data(), w.data(), ne1, ne0, nullptr);
+      std::vector<uint8_t> repacked = w;
+      const T rt = t == T::Q2_K ? T::Q2_K_SB : repacked_type(t, ne0, ne1);  // Q2_K_SB at every ISA
+      repack_rows(t, repacked.data(), ne1, ne0, row_size(t, ne0));
+      for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 9, 17}) {
+        std::vector<float> x(ne0 * n_tok);
+        for (float& v : x) v = nd(rng);
+        const std::vector<float> want = g.mul_mat(static_cast<uint32_t>(t), w.data(), ne0, ne1, x.data(), n_tok, true);
+        for (Isa isa : kAllIsas) {
+          if (!isa_supported(isa)) continue;
+          set_isa(isa);
+          for (const auto& [type, data] : {std::pair{t, &w}, std::pair{rt, &repacked}}) {
+            if (type == rt && rt == t && data == &repacked) continue;  // no repacked layout
+            std::vector<float> y(ne1 * n_tok);
+            matmul({type, data->data(), ne0, ne1, row_size(t, ne0)}, x.data(), n_tok, y.data(), pool);
+            const bool same = std::memcmp(y.data(), want.data(), y.size() * sizeof(float)) == 0;
+            exact += same, ++cases;
+            for (size_t i = 0; i < y.size(); ++i)
+              worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - want[i]) / (std::fabs(want[i]) + 1e-6));
+            const int64_t from = mirrored_from(type, n_tok, g);
+            mirror = mirror || from < n_tok;
+            EXPECT_EQ(0, std::memcmp(y.data() + from * ne1, want.data() + from * ne1, (n_tok - from) * ne1 * sizeof(float)))
+                << type_name(type) << " ne0 " << ne0 << ", tokens " << from << ".." << n_tok - 1 << " of " << n_tok << ", "
+                << isa_name(isa) << ": not llama.cpp's bits (variant " << g.variant() << ")";
+          }
+        }
+      }
+    }
+    set_isa(cpu_best_isa());
+    std::printf("[vs llama] %-7s %s: %3d of %3d products bit-identical, worst relative difference %.1e\n",
+                type_name(t), mirror ? "mirrored" : "own order", exact, cases, worst);
+  }
+}
+
+TEST(VsLlama, MatmulOnThisCpusVariant) {
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
+  check_variant(*g);
+}
+
+TEST(VsLlama, MatmulOnTheAvx2Variant) {
+  const test::GgmlCpu* g = test::GgmlCpu::variant("haswell");
+  ASSERT_TRUE(g || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
+  if (g) check_variant(*g);
+}
+
+}  // namespace
+}  // namespace k3
