@@ -158,22 +158,24 @@ float sigma2_of(const float* xbl) {
   return 2 * sumx2 / QK_K;
 }
 
-// Weights of the 32 elements of a sub-block xb: qw·sqrt(σ² + x²) with an importance matrix, else
-// x²; and their square roots.
-void weights(float sigma2, const float* xb, const float* qw, float* w, float* sw) {
-  for (int i = 0; i < 32; ++i) w[i] = qw ? qw[i] * std::sqrt(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
-  for (int i = 0; i < 32; ++i) sw[i] = std::sqrt(w[i]);
-}
-
-// The magnitudes of 8 elements and their sign bits (bit i set where x_i is not ≥ 0).
-uint8_t magnitudes(const float* x, float* xval) {
-  uint8_t s = 0;
-  for (int i = 0; i < 8; ++i) {
-    xval[i] = x[i] >= 0 ? x[i] : -x[i];
-    if (!(x[i] >= 0)) s |= static_cast<uint8_t>(1 << i);
+// One sub-block of 32 elements, as both quantizers open it: the weights w (qw·sqrt(σ² + x²) with
+// an importance matrix, else x²) and their square roots, the magnitudes and, per 8 elements, the
+// sign bits (bit i set where x_i is not ≥ 0).
+struct SubBlock {
+  float w[32], sw[32], xval[32];
+  uint8_t signs[4];
+  SubBlock(float sigma2, const float* xb, const float* qw) {
+    for (int i = 0; i < 32; ++i) w[i] = qw ? qw[i] * std::sqrt(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
+    for (int i = 0; i < 32; ++i) sw[i] = std::sqrt(w[i]);
+    for (int k = 0; k < 4; ++k) {
+      signs[k] = 0;
+      for (int i = 8 * k; i < 8 * k + 8; ++i) {
+        xval[i] = xb[i] >= 0 ? xb[i] : -xb[i];
+        if (!(xb[i] >= 0)) signs[k] |= static_cast<uint8_t>(1 << (i - 8 * k));
+      }
+    }
   }
-  return s;
-}
+};
 
 float max_of(const float* xval) {
   float max = xval[0];
@@ -190,12 +192,12 @@ void quantize_block_iq3_xxs(const float* xbl, block_iq3_xxs& y, const float* qw)
   const float sigma2 = sigma2_of(xbl);
   for (int ib = 0; ib < 8; ++ib) {
     const float* xb = xbl + 32 * ib;
-    float w[32], sw[32], xval[32];
-    weights(sigma2, xb, qw ? qw + 32 * ib : nullptr, w, sw);
-    uint8_t signs[4];
+    SubBlock b(sigma2, xb, qw ? qw + 32 * ib : nullptr);
+    const float *w = b.w, *sw = b.sw;
+    float* xval = b.xval;
+    uint8_t* signs = b.signs;
     for (int k = 0; k < 4; ++k) {
-      uint8_t s = magnitudes(xb + 8 * k, xval + 8 * k);
-      if (std::popcount(s) % 2) {  // an odd count: the element of least w·x² takes the other sign
+      if (std::popcount(signs[k]) % 2) {  // an odd count: the element of least w·x² takes the other sign
         int imin = 0;
         float min = w[8 * k] * xb[8 * k] * xb[8 * k];
         for (int i = 1; i < 8; ++i) {
@@ -203,9 +205,9 @@ void quantize_block_iq3_xxs(const float* xbl, block_iq3_xxs& y, const float* qw)
           if (ax < min) min = ax, imin = i;
         }
         xval[8 * k + imin] = -xval[8 * k + imin];
-        s ^= static_cast<uint8_t>(1 << imin);
+        signs[k] ^= static_cast<uint8_t>(1 << imin);
       }
-      signs[k] = s & 127;
+      signs[k] &= 127;
     }
     const float max = max_of(xval);
     if (max < 1e-8f) {
@@ -216,7 +218,7 @@ void quantize_block_iq3_xxs(const float* xbl, block_iq3_xxs& y, const float* qw)
     float scale = iq3_subblock(g, 15, false, max, xval, w, sw, L);
     if (scale < 0) {
       scale = -scale;
-      for (uint8_t& s : signs) s = ~s & 127;
+      for (int k = 0; k < 4; ++k) signs[k] = ~signs[k] & 127;
     }
     for (int k = 0; k < 8; ++k) idx[8 * ib + k] = static_cast<uint8_t>(g.map[point_of(L + 4 * k)]);
     sas[ib] = signs[0] | signs[1] << 7 | signs[2] << 14 | static_cast<uint32_t>(signs[3]) << 21;
@@ -248,10 +250,9 @@ void quantize_block_iq3_s(const float* xbl, block_iq3_s& y, const float* qw) {
   const float sigma2 = sigma2_of(xbl);
   for (int ib = 0; ib < 8; ++ib) {
     const float* xb = xbl + 32 * ib;
-    float w[32], sw[32], xval[32];
-    weights(sigma2, xb, qw ? qw + 32 * ib : nullptr, w, sw);
-    uint8_t bsigns[4];
-    for (int k = 0; k < 4; ++k) bsigns[k] = magnitudes(xb + 8 * k, xval + 8 * k);
+    SubBlock b(sigma2, xb, qw ? qw + 32 * ib : nullptr);
+    const float *w = b.w, *sw = b.sw, *xval = b.xval;
+    uint8_t* bsigns = b.signs;
     const float max = max_of(xval);
     if (!max) {
       scales[ib] = 0;
@@ -261,7 +262,7 @@ void quantize_block_iq3_s(const float* xbl, block_iq3_s& y, const float* qw) {
     float scale = iq3_subblock(g, 9, true, max, xval, w, sw, L);
     if (scale < 0) {
       scale = -scale;
-      for (uint8_t& s : bsigns) s = static_cast<uint8_t>(~s);
+      for (int k = 0; k < 4; ++k) bsigns[k] = static_cast<uint8_t>(~bsigns[k]);
     }
     for (int k = 0; k < 8; ++k) {
       const int index = g.map[point_of(L + 4 * k)];

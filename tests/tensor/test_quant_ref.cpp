@@ -324,51 +324,38 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DequantGgml, testing::ValuesIn(ggml_dequant_t
 
 // ---- hand-worked blocks ----
 
-std::vector<float> deq(GgmlType t, const std::vector<uint8_t>& block) {
+// Decodes one block and checks the listed elements (index, value).
+void expect_deq(GgmlType t, const std::vector<uint8_t>& block, std::initializer_list<std::pair<int, float>> want) {
   std::vector<float> y(k3::type_info(t).block);
   ref::dequantize_row(t, block.data(), y.data(), static_cast<int64_t>(y.size()));
-  return y;
+  for (const auto& [i, v] : want) EXPECT_EQ(y[i], v) << k3::type_name(t) << " element " << i;
 }
 
 TEST(DequantHand, Legacy) {
   // Q4_0, d = 0.5: byte 0 = 0x1F -> element 0 code 15 -> (15-8)*0.5, element 16 code 1 -> -3.5.
   std::vector<uint8_t> q4_0(18, 0x88);
   q4_0[0] = 0x00, q4_0[1] = 0x38, q4_0[2] = 0x1F;
-  auto y = deq(GgmlType::Q4_0, q4_0);
-  EXPECT_EQ(y[0], 3.5f);
-  EXPECT_EQ(y[16], -3.5f);
-  EXPECT_EQ(y[1], 0.f);
+  expect_deq(GgmlType::Q4_0, q4_0, {{0, 3.5f}, {16, -3.5f}, {1, 0.f}});
   // Q4_1, d = 1, m = -1: byte 0 = 0x30 -> element 0: 0*1 - 1, element 16: 3*1 - 1.
   std::vector<uint8_t> q4_1(20, 0);
   q4_1[1] = 0x3C, q4_1[3] = 0xBC, q4_1[4] = 0x30;
-  y = deq(GgmlType::Q4_1, q4_1);
-  EXPECT_EQ(y[0], -1.f);
-  EXPECT_EQ(y[16], 2.f);
+  expect_deq(GgmlType::Q4_1, q4_1, {{0, -1.f}, {16, 2.f}});
   // Q5_0, d = 2: qh bit 0 set, nibble 2 -> code 18 -> (18-16)*2 = 4; element 31: qh bit 31, high
   // nibble of byte 15 = 0xF -> code 31 -> 30; element 16: code 0 -> -32.
   std::vector<uint8_t> q5_0(22, 0);
   q5_0[1] = 0x40, q5_0[2] = 0x01, q5_0[5] = 0x80, q5_0[6] = 0x02, q5_0[21] = 0xF0;
-  y = deq(GgmlType::Q5_0, q5_0);
-  EXPECT_EQ(y[0], 4.f);
-  EXPECT_EQ(y[31], 30.f);
-  EXPECT_EQ(y[16], -32.f);
+  expect_deq(GgmlType::Q5_0, q5_0, {{0, 4.f}, {31, 30.f}, {16, -32.f}});
   // Q5_1, d = 0.25, m = 1: element 5 code 16 + 1 = 17 -> 17*0.25 + 1 = 5.25.
   std::vector<uint8_t> q5_1(24, 0);
   q5_1[1] = 0x34, q5_1[3] = 0x3C, q5_1[4] = 0x20, q5_1[8 + 5] = 0x01;
-  y = deq(GgmlType::Q5_1, q5_1);
-  EXPECT_EQ(y[5], 5.25f);
-  EXPECT_EQ(y[0], 1.f);
+  expect_deq(GgmlType::Q5_1, q5_1, {{5, 5.25f}, {0, 1.f}});
   // Q8_0 / Q8_1, d = -0.5: qs = -128 -> 64, qs = 7 -> -3.5.
   std::vector<uint8_t> q8_0(34, 0);
   q8_0[1] = 0xB8, q8_0[2] = 0x80, q8_0[33] = 7;
-  y = deq(GgmlType::Q8_0, q8_0);
-  EXPECT_EQ(y[0], 64.f);
-  EXPECT_EQ(y[31], -3.5f);
+  expect_deq(GgmlType::Q8_0, q8_0, {{0, 64.f}, {31, -3.5f}});
   std::vector<uint8_t> q8_1(36, 0);
   q8_1[1] = 0xB8, q8_1[3] = 0x7B, q8_1[4] = 0x80, q8_1[35] = 7;  // s is not used to decode
-  y = deq(GgmlType::Q8_1, q8_1);
-  EXPECT_EQ(y[0], 64.f);
-  EXPECT_EQ(y[31], -3.5f);
+  expect_deq(GgmlType::Q8_1, q8_1, {{0, 64.f}, {31, -3.5f}});
 }
 
 TEST(DequantHand, KQuants) {
@@ -377,22 +364,14 @@ TEST(DequantHand, KQuants) {
   std::vector<uint8_t> q2(84, 0);
   for (int s = 0; s < 16; ++s) q2[s] = 0x23;
   q2[16] = 0xE4, q2[81] = 0x3C, q2[83] = 0x38;
-  auto y = deq(GgmlType::Q2_K, q2);
-  EXPECT_EQ(y[0], -1.f);
-  EXPECT_EQ(y[32], 2.f);
-  EXPECT_EQ(y[64], 5.f);
-  EXPECT_EQ(y[96], 8.f);
-  EXPECT_EQ(y[128], -1.f);
+  expect_deq(GgmlType::Q2_K, q2, {{0, -1.f}, {32, 2.f}, {64, 5.f}, {96, 8.f}, {128, -1.f}});
   // Q3_K, d = 1: sub-block 0 scale code 0x21 (low nibble 1 in scales[0], high bits 2 in scales[8]
   // bits 0-1) -> S = 33 - 32 = 1; element 0: q2 = 3, hmask bit set -> q = 3; element 1: q2 = 0,
   // no hmask bit -> q = -4. Sub-block 1 code 0 -> S = -32, element 16 (q2 = 0, hbit 1) -> q = 0.
   std::vector<uint8_t> q3(110, 0);
   q3[0] = 0x01, q3[16] = 0x01, q3[32] = 0x03, q3[96] = 0x01, q3[104] = 0x02, q3[109] = 0x3C;
-  y = deq(GgmlType::Q3_K, q3);
-  EXPECT_EQ(y[0], 3.f);
-  EXPECT_EQ(y[1], -4.f);
-  EXPECT_EQ(y[16], -0.f);
-  EXPECT_EQ(y[17], 128.f);  // S = -32, q = -4
+  // element 17: S = -32, q = -4
+  expect_deq(GgmlType::Q3_K, q3, {{0, 3.f}, {1, -4.f}, {16, -0.f}, {17, 128.f}});
   // Q4_K, d = 1, dmin = 1: sub-block 0 scale 2 min 1; sub-block 4 scale 0x25 = 37 (low 5 in
   // scales[8], high 2 in scales[0] bits 6-7), min 0x13 = 19 (low 3 in scales[8] high nibble,
   // high 1 in scales[4] bits 6-7). Element 0 code 5 -> 2*5 - 1; element 128 code 7 -> 37*7 - 19.
@@ -400,49 +379,39 @@ TEST(DequantHand, KQuants) {
   q4[1] = 0x3C, q4[3] = 0x3C;
   q4[4 + 0] = 0x02 | 0x80, q4[4 + 4] = 0x01 | 0x40, q4[4 + 8] = 0x35, q4[4 + 5] = 0x01;
   q4[16] = 0x05, q4[16 + 64] = 0x07;
-  y = deq(GgmlType::Q4_K, q4);
-  EXPECT_EQ(y[0], 9.f);
-  EXPECT_EQ(y[128], 240.f);
-  EXPECT_EQ(y[32], -1.f);  // sub-block 1: scale 0, min 1
+  // element 32: sub-block 1: scale 0, min 1
+  expect_deq(GgmlType::Q4_K, q4, {{0, 9.f}, {128, 240.f}, {32, -1.f}});
   // Q5_K: d, dmin and scales as Q4_K, sub-block 5 scale 3 min 0. Element 128 (p = 2, r = 0): low
   // nibble 7, qh[0] bit 4 clear -> 240 as above; element 160 (r = 32): high nibble 1, qh[0] bit 5
   // set -> code 17 -> 3*17.
   std::vector<uint8_t> q5(176, 0);
   std::memcpy(q5.data(), q4.data(), 16);
   q5[4 + 9] = 0x03, q5[16] = 0x20, q5[48 + 64] = 0x17;
-  y = deq(GgmlType::Q5_K, q5);
-  EXPECT_EQ(y[128], 240.f);
-  EXPECT_EQ(y[160], 51.f);
+  expect_deq(GgmlType::Q5_K, q5, {{128, 240.f}, {160, 51.f}});
   // Q6_K, d = 0.5: scales[0] = -2; element 0 low nibble 15, high bits 3 -> q = 63 -> 0.5*-2*31;
   // element 64 (g = 2): high nibble of ql[0] = 1, qh bits 4-5 = 2 -> q = 33 -> -1.
   std::vector<uint8_t> q6(210, 0);
   q6[0] = 0x1F, q6[128] = 0x23, q6[192] = 0xFE, q6[192 + 4] = 0xFE, q6[209] = 0x38;
-  y = deq(GgmlType::Q6_K, q6);
-  EXPECT_EQ(y[0], -31.f);
-  EXPECT_EQ(y[64], -1.f);
+  expect_deq(GgmlType::Q6_K, q6, {{0, -31.f}, {64, -1.f}});
   // Q8_K, d = 0.25 (f32): qs -100 -> -25.
   std::vector<uint8_t> q8k(292, 0);
   const float d = 0.25f;
   std::memcpy(q8k.data(), &d, 4);
   q8k[4 + 255] = static_cast<uint8_t>(-100);
-  y = deq(GgmlType::Q8_K, q8k);
-  EXPECT_EQ(y[255], -25.f);
+  expect_deq(GgmlType::Q8_K, q8k, {{255, -25.f}});
 }
 
 TEST(DequantHand, Iq4) {
   // IQ4_NL, d = 0.5: nibble 0 -> -127*0.5, nibble 15 -> 113*0.5.
   std::vector<uint8_t> nl(18, 0);
   nl[1] = 0x38, nl[2] = 0xF0;
-  auto y = deq(GgmlType::IQ4_NL, nl);
-  EXPECT_EQ(y[0], -63.5f);
-  EXPECT_EQ(y[16], 56.5f);
+  expect_deq(GgmlType::IQ4_NL, nl, {{0, -63.5f}, {16, 56.5f}});
   // IQ4_XS, d = 1: sub-block 3 scale code 0x22 = 34 (low 2 in the high nibble of scales_l[1],
   // high 2 in scales_h bits 6-7) -> dl = 2; its element 0 nibble 9 -> 2*13.
   std::vector<uint8_t> xs(136, 0);
   xs[1] = 0x3C, xs[2] = 0x80, xs[4 + 1] = 0x20, xs[8 + 48] = 0x09;
-  y = deq(GgmlType::IQ4_XS, xs);
-  EXPECT_EQ(y[96], 26.f);
-  EXPECT_EQ(y[0], 32.f * 127.f);  // sub-block 0: code 0 -> dl = -32, nibble 0 -> -127
+  // element 0: sub-block 0: code 0 -> dl = -32, nibble 0 -> -127
+  expect_deq(GgmlType::IQ4_XS, xs, {{96, 26.f}, {0, 32.f * 127.f}});
 }
 
 // MXFP4: all 16 codes x all 256 exponents equal E2M1[code] * 2^(e-127) and ggml's values.
@@ -489,43 +458,25 @@ TEST(DequantHand, LowBit) {
   // Q1_0, d = 0.5: bit 0 of byte 0 set -> +0.5, bit 1 clear -> -0.5; element 127: bit 7 of byte 15.
   std::vector<uint8_t> q1(18, 0);
   q1[1] = 0x38, q1[2] = 0x01, q1[17] = 0x80;
-  auto y = deq(GgmlType::Q1_0, q1);
-  EXPECT_EQ(y[0], 0.5f);
-  EXPECT_EQ(y[1], -0.5f);
-  EXPECT_EQ(y[127], 0.5f);
+  expect_deq(GgmlType::Q1_0, q1, {{0, 0.5f}, {1, -0.5f}, {127, 0.5f}});
   // Q2_0, d = 2: byte 0 = 0b11100100 -> codes 0, 1, 2, 3 -> -2, 0, 2, 4.
   std::vector<uint8_t> q2(18, 0x55);
   q2[0] = 0x00, q2[1] = 0x40, q2[2] = 0xE4;
-  y = deq(GgmlType::Q2_0, q2);
-  EXPECT_EQ(y[0], -2.f);
-  EXPECT_EQ(y[1], 0.f);
-  EXPECT_EQ(y[2], 2.f);
-  EXPECT_EQ(y[3], 4.f);
+  expect_deq(GgmlType::Q2_0, q2, {{0, -2.f}, {1, 0.f}, {2, 2.f}, {3, 4.f}});
   // TQ1_0, d = 1: the digits 2, 0, 1, 2, 1 (value 2·81 + 0·27 + 1·9 + 2·3 + 1 = 178) in byte 0 are
   // stored as ceil(178·256/243) = 188 and decode to elements 0, 32, 64, 96, 128 = 1, -1, 0, 1, 0.
   std::vector<uint8_t> t1(54, 0);
   t1[0] = 188, t1[53] = 0x3C;
-  y = deq(GgmlType::TQ1_0, t1);
-  EXPECT_EQ(y[0], 1.f);
-  EXPECT_EQ(y[32], -1.f);
-  EXPECT_EQ(y[64], 0.f);
-  EXPECT_EQ(y[96], 1.f);
-  EXPECT_EQ(y[128], 0.f);
+  expect_deq(GgmlType::TQ1_0, t1, {{0, 1.f}, {32, -1.f}, {64, 0.f}, {96, 1.f}, {128, 0.f}});
   // TQ2_0, d = 0.5: qs[33] = 0b00100100 -> elements 129, 161, 193 (codes 0, 1, 2) = -0.5, 0, 0.5.
   std::vector<uint8_t> t2(66, 0);
   t2[33] = 0x24, t2[65] = 0x38;
-  y = deq(GgmlType::TQ2_0, t2);
-  EXPECT_EQ(y[129], -0.5f);
-  EXPECT_EQ(y[161], 0.f);
-  EXPECT_EQ(y[193], 0.5f);
+  expect_deq(GgmlType::TQ2_0, t2, {{129, -0.5f}, {161, 0.f}, {193, 0.5f}});
   // NVFP4: sub-block 1 scale 0x38 (exponent 7, mantissa 0: 1.0); its byte 0 = 0x7A -> element 16
   // code 0xA -> E2M1 -1, element 24 code 7 -> 6. Sub-block 0 scale 0x01 (subnormal 2^-9) times E2M1 0.5.
   std::vector<uint8_t> nv(36, 0);
   nv[0] = 0x01, nv[1] = 0x38, nv[4] = 0x01, nv[12] = 0x7A;
-  y = deq(GgmlType::NVFP4, nv);
-  EXPECT_EQ(y[16], -1.f);
-  EXPECT_EQ(y[24], 6.f);
-  EXPECT_EQ(y[0], std::ldexp(0.5f, -9));
+  expect_deq(GgmlType::NVFP4, nv, {{16, -1.f}, {24, 6.f}, {0, std::ldexp(0.5f, -9)}});
 }
 
 // Float rows through the dispatcher: F32 copied, F16 / BF16 widened (conversions: test_fp16.cpp).
