@@ -55,41 +55,47 @@ class ExpertLayer {
 
 // A few tokens (a decode step, the rows of a verify pass): y[t][j] = down_e situ(gate_e z_t, up_e z_t)
 // for every token's k selected experts e, in two parallel regions (the gate and up rows of every
-// (token, expert) pair, situ applied per chunk of rows on the thread that produced them, and the
-// quantization of its output too when this process holds every row; then the downs) per group of
-// at most k distinct experts (all of them with mapped weights; a source holds a group at once, as
-// it holds one token's). Each z_t is quantized once. An expert chosen by several tokens is read
-// once for them while it is in cache. zq: z of one token already quantized (gathered so), or null.
-// Under mpirun a share of whole blocks of the activation is quantized where it is computed and
-// travels so (exchange_format). Same bits as the per-expert linear() path.
+// expert for all the tokens that chose it, situ applied per chunk of rows on the thread that
+// produced them, and the quantization of its output too when this process holds every row; then the
+// downs) per group of at most k distinct experts (all of them with mapped weights; a source holds a
+// group at once, as it holds one token's). Each z_t is quantized once; each expert's rows are read
+// once for all its tokens (matvec_batch over several tokens). zq: z of one token already quantized
+// (gathered so), or null. Under mpirun a share of whole blocks of the activation is quantized where
+// it is computed and travels so (exchange_format). Same bits as the per-expert linear() path.
 void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
                   const std::vector<int32_t>& used, const int32_t* sel, int64_t T, int64_t k, const float* z,
                   const void* zq, int64_t dl, float* y) {
   const int64_t F = w.gate_exps.ne[1], F_all = w.down_exps.ne[0], dl_out = w.down_exps.ne[1];
-  thread_local std::vector<float> g, u;                  // [pairs][F_all] gate (then situ) outputs, [pairs][F] up
-  thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // quantized z rows (per partner type), situ outputs
+  thread_local std::vector<float> g, u, yd;  // [pairs][F_all] gate (then situ), [pairs][F] up, [pairs][dl_out] down
+  thread_local std::vector<uint8_t> zq_gate, zq_up, aq;  // z rows quantized (per partner type) by pair, situ outputs
   thread_local std::vector<Matvec> mv;
   thread_local std::vector<ExpertMats> mats;  // by position in `used`
-  thread_local std::vector<int64_t> pairs;    // t * k + j of the group's (token, expert) pairs
+  thread_local std::vector<int64_t> pairs;    // t * k + j of the group's (token, expert) pairs, by expert
+  thread_local std::vector<int64_t> first;    // [experts of the group + 1]: an expert's first pair
   thread_local std::vector<int32_t> pos;      // [E]: an expert's position in `used`
   pos.assign(w.gate_exps.ne[2], -1);
   for (size_t i = 0; i < used.size(); ++i) pos[used[i]] = static_cast<int32_t>(i);
-  const ExpertMats first = src.mats(w, used[0]);
-  const GgmlType gt = first.gate.type, ut = first.up.type, at = kernels(first.down.type).vec_dot_type;
+  const ExpertMats first_mats = src.mats(w, used[0]);
+  const GgmlType gt = first_mats.gate.type, ut = first_mats.up.type, at = kernels(first_mats.down.type).vec_dot_type;
   const bool shared_q = kernels(ut).vec_dot_type == kernels(gt).vec_dot_type;
   const size_t zg_row = row_size(kernels(gt).vec_dot_type, dl), zu_row = row_size(kernels(ut).vec_dot_type, dl);
   thread_local std::vector<uint8_t> one;  // one row's quantization
+  thread_local std::vector<uint8_t> zt_gate, zt_up;  // z rows quantized by token
   auto quantize_rows = [&](GgmlType wt, size_t row, std::vector<uint8_t>& buf) {
     buf.resize(static_cast<size_t>(T) * row);
-    for (int64_t t = 0; t < T; ++t) {
-      const void* q = zq ? zq : quantize_activation(wt, z + t * dl, dl, one);
-      std::memcpy(buf.data() + t * row, q, row);
-    }
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(buf.data() + t * row, zq ? zq : quantize_activation(wt, z + t * dl, dl, one), row);
   };
-  quantize_rows(gt, zg_row, zq_gate);
-  if (!shared_q) quantize_rows(ut, zu_row, zq_up);
-  const std::vector<uint8_t>& zu = shared_q ? zq_gate : zq_up;
-  const size_t zu_stride = shared_q ? zg_row : zu_row;
+  quantize_rows(gt, zg_row, zt_gate);
+  if (!shared_q) quantize_rows(ut, zu_row, zt_up);
+  // The activations of the expert whose pairs are [f, f + c): its token's row (shared with the other
+  // experts of that token: packed once), or the rows of its tokens copied in pair order into buf
+  // (sized for every pair).
+  auto act_rows = [&](const std::vector<uint8_t>& zt, size_t row, std::vector<uint8_t>& buf, int64_t f, int64_t c) {
+    if (c == 1) return zt.data() + pairs[f] / k * row;
+    for (int64_t i = f; i < f + c; ++i) std::memcpy(buf.data() + i * row, zt.data() + pairs[i] / k * row, row);
+    return static_cast<const uint8_t*>(buf.data() + f * row);
+  };
   const size_t aq_row = row_size(at, F_all);
   // the rows of every process, quantized where they are computed (exchange_format), or floats
   const GgmlType moved = ctx.group ? exchange_format(at, F_all, 1, ctx.group->placement().tp_size, 1) : at;
@@ -100,7 +106,7 @@ void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const 
   const int64_t align = type_info(at).block;
   const auto from_float = kernels(at).from_float;
   const size_t n_used = used.size(), per_group = src.streamed() ? static_cast<size_t>(k) : n_used;
-  mats.assign(n_used, first);
+  mats.assign(n_used, first_mats);
   for (size_t g0 = 0; g0 < n_used; g0 += per_group) {
     const size_t g1 = std::min(n_used, g0 + per_group);
     for (size_t i = g0; i < g1; ++i)
@@ -108,28 +114,43 @@ void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const 
     pairs.clear();
     for (int64_t p = 0; p < T * k; ++p)
       if (static_cast<size_t>(pos[sel[p]]) >= g0 && static_cast<size_t>(pos[sel[p]]) < g1) pairs.push_back(p);
+    // by expert id, not by position in `used`: under mpirun the rows of every process are exchanged
+    // in this order, and each process's source orders `used` by what it holds (request())
+    std::sort(pairs.begin(), pairs.end(), [&](int64_t a, int64_t b) { return std::pair(sel[a], a) < std::pair(sel[b], b); });
+    first.assign(1, 0);
+    for (size_t i = 0; i < pairs.size(); ++i)
+      if (i + 1 == pairs.size() || sel[pairs[i + 1]] != sel[pairs[i]])
+        first.push_back(static_cast<int64_t>(i + 1));
     const int64_t n = static_cast<int64_t>(pairs.size());
     g.resize(static_cast<size_t>(n) * F_all);
     u.resize(static_cast<size_t>(n) * F);
     aq.resize(static_cast<size_t>(n) * aq_row);
-    mv.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = pairs[i] / k, e = sel[pairs[i]];
-      const ExpertMats& m = mats[pos[e]];
-      if (ctx.observer) {  // the model's matrices, wherever a source serves them from
-        ctx.observer->on_matmul(w.gate_exps.mat(e), z + t * dl, 1);
-        ctx.observer->on_matmul(w.up_exps.mat(e), z + t * dl, 1);
+    yd.resize(static_cast<size_t>(n) * dl_out);
+    zq_gate.resize(static_cast<size_t>(n) * zg_row);
+    zq_up.resize(shared_q ? 0 : static_cast<size_t>(n) * zu_row);
+    if (ctx.observer)  // the model's matrices, wherever a source serves them from
+      for (const int64_t p : pairs) {
+        ctx.observer->on_matmul(w.gate_exps.mat(sel[p]), z + p / k * dl, 1);
+        ctx.observer->on_matmul(w.up_exps.mat(sel[p]), z + p / k * dl, 1);
       }
-      mv.push_back({m.gate, zq_gate.data() + t * zg_row, &g[i * F]});
-      mv.push_back({m.up, zu.data() + t * zu_stride, &u[i * F]});
+    mv.clear();
+    for (size_t x = 0; x + 1 < first.size(); ++x) {
+      const int64_t f = first[x], c = first[x + 1] - f;
+      const ExpertMats& m = mats[pos[sel[pairs[f]]]];
+      const uint8_t* ag = act_rows(zt_gate, zg_row, zq_gate, f, c);
+      mv.push_back({m.gate, ag, &g[f * F], c, zg_row, F});
+      mv.push_back({m.up, shared_q ? ag : act_rows(zt_up, zu_row, zq_up, f, c), &u[f * F], c, zu_row, F});
     }
     // The callback runs on worker threads too: it must use these buffers, not its own thread_locals.
     float *const gp = g.data(), *const up = u.data();
     uint8_t* const aqp = aq.data();
-    matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t j, int64_t r0, int64_t r1) {
-      float* a = gp + j * F;
-      situ.apply(a + r0, up + j * F + r0, r1 - r0);
-      if (here) from_float(a + r0, aqp + j * stride + row_size(at, r0), r1 - r0);
+    const int64_t* const fp = first.data();
+    matvec_batch(mv.data(), mv.size(), 2, ctx.pool, align, [&](size_t x, int64_t r0, int64_t r1) {
+      for (int64_t i = fp[x]; i < fp[x + 1]; ++i) {
+        float* a = gp + i * F;
+        situ.apply(a + r0, up + i * F + r0, r1 - r0);
+        if (here) from_float(a + r0, aqp + i * stride + row_size(at, r0), r1 - r0);
+      }
     });
     if (here) gather(ctx, {{aqp, F, F_all, 1, at}}, n);
     else gather(ctx, {{gp, F, F_all}}, n);
@@ -137,15 +158,20 @@ void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const 
       par_for(ctx, n, F_all, [&](int64_t j0, int64_t j1) {
         for (int64_t j = j0; j < j1; ++j) from_float(gp + j * F_all, aqp + j * aq_row, F_all);
       });
+    if (ctx.observer)
+      for (int64_t i = 0; i < n; ++i) ctx.observer->on_matmul(w.down_exps.mat(sel[pairs[i]]), &g[i * F_all], 1);
     mv.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t e = sel[pairs[i]];
-      const ExpertMats& m = mats[pos[e]];
-      const float* a = &g[i * F_all];
-      if (ctx.observer) ctx.observer->on_matmul(w.down_exps.mat(e), a, 1);
-      mv.push_back({m.down, at == GgmlType::F32 ? static_cast<const void*>(a) : &aq[i * aq_row], y + pairs[i] * dl_out});
+    for (size_t x = 0; x + 1 < first.size(); ++x) {
+      const int64_t f = first[x], c = first[x + 1] - f;
+      const ExpertMats& m = mats[pos[sel[pairs[f]]]];
+      float* out = c == 1 ? y + pairs[f] * dl_out : &yd[f * dl_out];  // several: copied below
+      if (at == GgmlType::F32) mv.push_back({m.down, &g[f * F_all], out, c, F_all * sizeof(float), dl_out});
+      else mv.push_back({m.down, &aq[f * aq_row], out, c, aq_row, dl_out});
     }
     matvec_batch(mv.data(), mv.size(), 1, ctx.pool);
+    for (size_t x = 0; x + 1 < first.size(); ++x)
+      for (int64_t i = first[x]; first[x + 1] - first[x] > 1 && i < first[x + 1]; ++i)
+        std::copy_n(&yd[i * dl_out], dl_out, y + pairs[i] * dl_out);
     for (size_t i = g0; i < g1; ++i) src.done(used[i]);
   }
 }

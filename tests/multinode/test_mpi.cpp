@@ -199,6 +199,22 @@ TEST(Mpi, GreedyTokensIdentical) {
   EXPECT_EQ(run_json(mpirun(2, Net::Shm) + greedy(m) + " --expert-cache 1K")["ids"], one["ids"]);
 }
 
+// Each process's expert source puts the experts it holds first (ExpertSource::request), so under
+// different cache budgets the processes list a step's experts in different orders: the rows they
+// exchange must not follow that order. Token by token (one group of experts a step), a process
+// that keeps every expert it has read beside one that keeps almost none.
+TEST(Mpi, ExpertOrderOfEachProcessIsItsOwn) {
+  const std::string m = quant_model(), out = temp_path("eo2.json");
+  const std::string args = " logits -t 1 --mode incremental -m " + m + " --ids " + kIds + ",159,72,320,291,542,602,237,751";
+  const auto one = logits_of(k3_bin() + args, temp_path("eo1.json"));
+  for (const auto& [a, b] : {std::pair("1K", "64M"), std::pair("64M", "1K")}) {
+    // one program a process (Open MPI's "A : B"); the leader writes the file
+    const std::string cmd = mpiexec() + " --mca pml ob1 --mca btl self,vader -np 1 " + k3_bin() + args +
+                            " --expert-cache " + a + " --out " + out + " : -np 1 " + k3_bin() + args + " --expert-cache " + b;
+    expect_same_bits(one, logits_of(cmd, out), std::string("expert caches of ") + a + " and " + b);
+  }
+}
+
 TEST(Mpi, PerplexityAndChatIdentical) {
   const std::string m = quant_model(), text = temp_path("text.txt");
   {
