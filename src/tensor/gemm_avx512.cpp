@@ -246,6 +246,9 @@ struct Q6KW {
   }
 };
 
+// The two 256-bit halves of a 512-bit accumulator (chunks 2k and 2k + 1) added: the reference's lanes.
+inline __m256i fold_lanes(__m512i acc) { return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)); }
+
 // The integer part of one output: one maddubs and one dpwssd per 64 elements; the activation
 // super-block is loaded once per token for all rows of the tile.
 struct KDot {
@@ -258,23 +261,24 @@ struct KDot {
     for (int k = 0; k < 4; ++k) x.v[k] = in_reg(load512(a.qs + 64 * k));
     return x;
   }
-  static __m256i isum(const KDecoded& d, const Act& x) {
-    __m512i acc = _mm512_setzero_si512();
+  static __m256i isum(const KDecoded& d, const Act& x, __m256i init = _mm256_setzero_si256()) {
+    __m512i acc = _mm512_zextsi256_si512(init);
     for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d.u[k], x.v[k]), d.sw[k]);
-    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    return fold_lanes(acc);
   }
 };
 
 // ---- the lattice types (simd256_iq.inc) ----------------------------------------------------------
 //
-// As the 256-bit tiles (gemm_simd256.inc): IQ1 through KDot with the shift terms as an offset
-// correction of shift 0; IQ2 against activations biased by 128, less the bias's share. Each 64-value
-// chunk joins two of the 256-bit decode's chunks, so the lanes are the same.
+// As the 256-bit tiles (gemm_simd256.inc): WideGemm's, each isum from its super-block's constant term
+// (IQ1 shift terms, IQ2 bias correction). Each 64-value chunk joins two of the 256-bit decode's
+// chunks, so the lanes are the same.
 
+// IQ1_M: unsigned codes through KDot.
 template <class W>
-struct Iq1KW {
+struct Iq1Lattice {
   using Block = typename W::Block;
-  static constexpr int kShift = 0;
+  using Decoded = KDecoded;  // m16: the shift terms (v16)
   static void decode(const Block& x, KDecoded& d) {
     const IqHead h = W::head(x);
     __m256i u[8];
@@ -284,46 +288,69 @@ struct Iq1KW {
     });
     for (int k = 0; k < 4; ++k) d.u[k] = join256(u[2 * k], u[2 * k + 1]);
     scale_words(h.s16, d.sw);
-    d.m16 = _mm256_sub_epi16(_mm256_setzero_si256(), h.v16);
+    d.m16 = h.v16;
     d.dw = h.dw, d.dmin = 0.0f;
+  }
+  using Act = KDot::Act;
+  static Act act(const block_q8_K& a) { return KDot::act(a); }
+  static __m256i isum(const KDecoded& d, const Act& x, const block_q8_K& a) {
+    return KDot::isum(d, x, _mm256_madd_epi16(load256(a.bsums), d.m16));
   }
 };
 
-struct IqDecoded {
-  __m512i w[4];   // signed codes of elements 64k..64k+63
-  __m512i sw[4];  // their scale words
-  __m256i corr;   // 128·Σ scale·w per lane
-  __m256i m16;    // zero: no bsum term
-  float dw, dmin;
+// IQ1_S: the codes times 8·scale (at most 240, one mullo per chunk as at 256 bits), one dpbusd per
+// 64 values.
+struct Iq1sLattice {
+  using Block = block_iq1_s;
+  struct Decoded {
+    __m512i u[4];
+    __m256i v16;
+    float dw;
+  };
+  static void decode(const Block& x, Decoded& d) {
+    KDecoded k;
+    Iq1Lattice<Iq1sW>::decode(x, k);
+    for (int c = 0; c < 4; ++c) d.u[c] = _mm512_mullo_epi16(k.u[c], k.sw[c]);
+    d.v16 = k.m16;
+    d.dw = k.dw;
+  }
+  using Act = KDot::Act;
+  static Act act(const block_q8_K& a) { return KDot::act(a); }
+  static __m256i isum(const Decoded& d, const Act& x, const block_q8_K& a) {
+    __m512i acc = _mm512_zextsi256_si512(_mm256_madd_epi16(load256(a.bsums), d.v16));
+    for (int k = 0; k < 4; ++k) acc = _mm512_dpbusd_epi32(acc, d.u[k], x.v[k]);
+    return fold_lanes(acc);
+  }
 };
 
+// IQ2: activations biased by 128 (iq2_pack), from minus the bias's share.
 template <class W>
-struct Iq2KW {
+struct Iq2Lattice {
   using Block = typename W::Block;
-  static constexpr int kShift = 0;
-  static void decode(const Block& x, IqDecoded& d) {
+  struct Decoded {
+    __m512i w[4];   // signed codes of elements 64k..64k+63
+    __m512i sw[4];  // their scale words
+    __m256i ncorr;  // −128·Σ scale·w per lane
+    float dw;
+  };
+  static void decode(const Block& x, Decoded& d) {
     const IqHead h = W::head(x);
     __m256i w[8], sw[8];
-    d.corr = iq2_signed_chunks<W>(x, h, w, sw);
+    d.ncorr = _mm256_sub_epi32(_mm256_setzero_si256(), iq2_signed_chunks<W>(x, h, w, sw));
     for (int k = 0; k < 4; ++k) d.w[k] = join256(w[2 * k], w[2 * k + 1]), d.sw[k] = join256(sw[2 * k], sw[2 * k + 1]);
-    d.m16 = _mm256_setzero_si256();
-    d.dw = h.dw, d.dmin = 0.0f;
+    d.dw = h.dw;
   }
-};
-
-struct IqDot {
-  using Decoded = IqDecoded;
   using Act = KDot::Act;
-  static Act act(const block_q8_K& a) { return KDot::act(a); }  // biased (iq2_pack)
-  static __m256i isum(const IqDecoded& d, const Act& x) {
-    __m512i acc = _mm512_setzero_si512();
+  static Act act(const block_q8_K& a) { return KDot::act(a); }
+  static __m256i isum(const Decoded& d, const Act& x, const block_q8_K&) {
+    __m512i acc = _mm512_zextsi256_si512(d.ncorr);
     for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(x.v[k], d.w[k]), d.sw[k]);
-    return _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), d.corr);
+    return fold_lanes(acc);
   }
 };
 
 template <class W>
-constexpr GemmKernel iq2_kernel() { return wide_kernel<WideGemm<Iq2KW<W>, IqDot, 1>>(iq2_packed_size, iq2_pack); }
+constexpr GemmKernel iq2_kernel() { return wide_kernel<WideGemm<Iq2Lattice<W>, 1>>(iq2_packed_size, iq2_pack); }
 
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
@@ -352,8 +379,8 @@ constexpr GemmKernel kIq3s = iq3_kernel<Iq3sW>();
 constexpr GemmKernel kIq2xxs = iq2_kernel<Iq2xxsW>();
 constexpr GemmKernel kIq2xs = iq2_kernel<Iq2xsW>();
 constexpr GemmKernel kIq2s = iq2_kernel<Iq2sW>();
-constexpr GemmKernel kIq1s = wide_kernel<WideGemm<Iq1KW<Iq1sW>, KDot, 1>>();
-constexpr GemmKernel kIq1m = wide_kernel<WideGemm<Iq1KW<Iq1mW>, KDot, 1>>();
+constexpr GemmKernel kIq1s = wide_kernel<WideGemm<Iq1sLattice, 1>>();
+constexpr GemmKernel kIq1m = wide_kernel<WideGemm<Iq1Lattice<Iq1mW>, 1>>();
 
 }  // namespace
 
