@@ -58,7 +58,8 @@ void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
 
 // Rows [r0, r1) of the products m[0..n), a few rows of each in turn (about kStepBytes of the widest),
 // so that the n streams advance together and each stays prefetched, while one decode kernel call
-// serves several short rows. Kernels that do not prefetch themselves (the tiles of several tokens)
+// serves several short rows; a decode kernel that runs its rows in parts (GemmKernel::rows_in_parts)
+// gets all of them in one call. Kernels that do not prefetch themselves (the tiles of several tokens)
 // get the lines up to prefetch_distance() past each row's end requested before its dots: rows are
 // about a page long and the hardware prefetchers do not follow a stream across pages.
 void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
@@ -69,7 +70,7 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   const size_t ahead = prefetch_distance();
   const bool prefetch = prefetch_enabled();
   bool several = false;  // tokens: tile calls of kTileStepRows rows at least
-  bool whole = false;
+  bool whole = false;     // one call for rows [r0, r1)
   for (size_t j = 0; j < n; ++j) {
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
     widest = std::max(widest, wrow[j]);

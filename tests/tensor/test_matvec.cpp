@@ -127,9 +127,9 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
 }
 
 TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
-  // The llama.cpp-order rows (Q8_0, Q5_0, Q8_0_X8) run several rows a call, one FMA chain each, and
-  // the last rows fewer at a time: every row count up to 19 and 45, rows of 2 KB (a call of the
-  // kernel's decode_rows) and of 272 bytes (kStepBytes' worth), as a group of two products.
+  // The llama.cpp-order rows (Q8_0, Q5_0, Q8_0_X8) take a chunk's rows in one call and run them in
+  // parts, one FMA chain a row, an odd last row alone: every row count up to 19, and 45 (several
+  // chunks on two threads), rows of 272 bytes and 2 KB, as a group of two products.
   const T types[] = {T::Q8_0, T::Q5_0, T::Q8_0_X8};
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
