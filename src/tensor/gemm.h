@@ -30,6 +30,10 @@ struct GemmKernel {
   // Tokens matmul hands one run call (0: its default). A kernel that decodes each weight block once
   // per call (the lattice types) takes more, so that its decode serves all of them.
   int64_t tokens = 0;
+  // The rows kernel splits the rows it is given into parts and runs one row of each at a time:
+  // where every output is one chain of dependent FMAs (llama.cpp's order) that keeps several chains
+  // in flight, each part one stream. Decode hands it a whole chunk of rows a call.
+  bool rows_in_parts = false;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the

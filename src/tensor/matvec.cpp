@@ -31,6 +31,7 @@ struct Kernel {
   const void* act;
   size_t astride;  // bytes between the tokens' activations
   bool prefetches;
+  bool whole;  // rows takes all the rows of a chunk in one call (GemmKernel::rows_in_parts)
 };
 
 // Weight bytes of one product a decode kernel call covers before the next product's turn.
@@ -57,7 +58,8 @@ void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
 
 // Rows [r0, r1) of the products m[0..n), a few rows of each in turn (about kStepBytes of the widest),
 // so that the n streams advance together and each stays prefetched, while one decode kernel call
-// serves several short rows. Kernels that do not prefetch themselves (the tiles of several tokens)
+// serves several short rows; a decode kernel that runs its rows in parts (GemmKernel::rows_in_parts)
+// gets all of them in one call. Kernels that do not prefetch themselves (the tiles of several tokens)
 // get the lines up to prefetch_distance() past each row's end requested before its dots: rows are
 // about a page long and the hardware prefetchers do not follow a stream across pages.
 void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
@@ -68,10 +70,12 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   const size_t ahead = prefetch_distance();
   const bool prefetch = prefetch_enabled();
   bool several = false;  // tokens: tile calls of kTileStepRows rows at least
+  bool whole = false;     // one call for rows [r0, r1)
   for (size_t j = 0; j < n; ++j) {
     wrow[j] = row_size(m[j].w.type, m[j].w.ne0);
     widest = std::max(widest, wrow[j]);
     several |= m[j].n_tok > 1;
+    whole |= k[j].whole;
     pf[j] = (reinterpret_cast<uintptr_t>(m[j].w.data) + r0 * m[j].w.nb1 + ahead) & ~uintptr_t{63};
   }
   if (prefetch) prefetch_heads(m, n, r0, r1);
@@ -81,7 +85,8 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
     for (const uintptr_t end = reinterpret_cast<uintptr_t>(row + wrow[j]) + ahead; pf[j] < end; pf[j] += 64)
       prefetch_weights(reinterpret_cast<const char*>(pf[j]));
   };
-  const int64_t step = std::max<int64_t>(several ? kTileStepRows : 1, static_cast<int64_t>(kStepBytes / widest));
+  const int64_t step =
+      whole ? r1 - r0 : std::max<int64_t>(several ? kTileStepRows : 1, static_cast<int64_t>(kStepBytes / widest));
   for (int64_t s = r0; s < r1; s += step) {
     const int64_t e = std::min(r1, s + step);
     for (size_t j = 0; j < n; ++j) {
@@ -117,9 +122,9 @@ void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
     const QuantKernels& kw = kernels(m.w.type);
     const GemmKernel* g = gemm_kernel(m.w.type, isa);
     const bool one = m.n_tok == 1;
-    k[i] = {nullptr, nullptr, kw.vec_dot, m.xq, m.xstride, kw.dot_prefetches};
+    k[i] = {nullptr, nullptr, kw.vec_dot, m.xq, m.xstride, kw.dot_prefetches, false};
     if (!g || (one && !g->rows)) continue;
-    if (one) k[i].rows = g->rows, k[i].prefetches = true;
+    if (one) k[i].rows = g->rows, k[i].prefetches = true, k[i].whole = g->rows_in_parts;
     else k[i].run = g->run, k[i].prefetches = false;
     const size_t ps = g->packed_size(m.w.ne0);
     if (ps == 0) continue;  // the tiles read the activations as they are

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The weight prefetches are in the machine code: every decode entry (decode_rows<Block32Tile<W>>,
-# decode_rows_by<ElemTile<W>, 4>, decode_rows<LanesTile<W>>, with the tiles inlined) of every
-# 256-bit build, and the vec_dot kernels, hold prefetcht0 and prefetcht1 (the two levels of
+# decode_parts<ElemTile<W>, 2>, x8_rows512, decode_rows<LanesTile<W>>, with the tiles inlined) of
+# every build, and the vec_dot kernels, hold prefetcht0 and prefetcht1 (the two levels of
 # prefetch_line). GCC 12 once deleted them all without a warning (kernels.h); only a benchmark
 # showed it, so this looks at the code itself.
 #   prefetch_emitted.sh LIBK3_TENSOR.a
@@ -18,7 +18,7 @@ per_function() {
     name != "" && /prefetcht1/ { t1++ }
     END { if (name != "") print t0, t1, name }' <<<"$dis"
 }
-rows=$(per_function 'decode_rows(_by)?<')
+rows=$(per_function 'decode_(rows|parts)<|x8_rows512<')
 n=$(grep -c . <<<"$rows" || true)
 # 7 block types (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, MXFP4_LANES, Q8_0_X8) in 3 builds (avx2, avxvnni,
 # avx512)

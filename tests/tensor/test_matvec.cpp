@@ -125,6 +125,44 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
   set_isa(saved);
 }
 
+TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
+  // The llama.cpp-order rows (Q8_0, Q5_0, Q8_0_X8) take a chunk's rows in one call and run them in
+  // parts, one FMA chain a row, an odd last row alone: every row count up to 19, and 45 (several
+  // chunks on two threads), rows of 272 bytes and 2 KB, as a group of two products.
+  const T types[] = {T::Q8_0, T::Q5_0, T::Q8_0_X8};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const Isa saved = active_isa();
+  ThreadPool pool(2);
+  for (T t : types)
+    for (int64_t n : {256, 2048}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = nd(rng);
+      std::vector<uint8_t> buf;
+      const void* xq = quantize_activation(t, x.data(), n, buf);
+      for (int64_t rows = 1; rows <= 45; rows += rows < 19 ? 1 : 26) {
+        const T file = t == T::Q8_0_X8 ? T::Q8_0 : t;
+        Mat m[2] = {make(file, n, rows, 90 + static_cast<uint32_t>(rows)), make(file, n, rows, 190 + static_cast<uint32_t>(rows))};
+        for (Mat& mi : m)
+          if (file != t) repack_rows(file, mi.w.data(), rows, n, row_size(file, n)), mi.type = t;
+        for (Isa isa : kAllIsas) {
+          if (!isa_supported(isa)) continue;
+          set_isa(isa);
+          std::vector<float> y[2] = {std::vector<float>(rows, -1.0f), std::vector<float>(rows, -1.0f)};
+          const Matvec mv[2] = {{m[0].view(), xq, y[0].data()}, {m[1].view(), xq, y[1].data()}};
+          matvec_batch(mv, 2, 2, pool);
+          for (int j = 0; j < 2; ++j)
+            for (int64_t r = 0; r < rows; ++r) {
+              float s;
+              kernels(t).vec_dot(n, &s, m[j].w.data() + r * row_size(t, n), xq);
+              ASSERT_EQ(s, y[j][r]) << isa_name(isa) << " " << type_name(t) << " n " << n << " rows " << rows << " row " << r;
+            }
+        }
+      }
+    }
+  set_isa(saved);
+}
+
 TEST(Matvec, LargeMatmulSameBitsAnyThreads) {
   const Mat m = make(T::Q8_0, 2048, 600, 1);  // 1.3 MB: many chunks
   std::vector<float> x(2048, 0.5f);
