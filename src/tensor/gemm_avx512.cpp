@@ -133,6 +133,7 @@ struct Bf16Gemm {
 #include "tensor/simd256_lowbit.inc"
 #include "tensor/gemm_block32.inc"
 #include "tensor/gemm_lanes.inc"
+#include "tensor/gemm_q4k_lanes.inc"
 #include "tensor/simd256_elem.inc"
 #include "tensor/gemm_elem.inc"
 #include "tensor/gemm_lowbit.inc"
@@ -375,6 +376,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q2_K_SB: return &kQ2KSb;
     case GgmlType::Q3_K: return &kQ3K;
     case GgmlType::Q4_K: return &kQ4K;
+    case GgmlType::Q4_K_LANES: return &kQ4KLanes;
     case GgmlType::Q5_K: return &kQ5K;
     case GgmlType::Q6_K: return &kQ6K;
     case GgmlType::Q1_0: return &kQ10;

@@ -43,6 +43,33 @@ block_q8_0x8 group8(const block_q8_0* b) {
   return g;
 }
 
+// A Q4_K super-block in the lanes layout (blocks.h), the scales and mins taken from ggml's 6-bit packing.
+block_q4_Kl lanes(const block_q4_K& x) {
+  block_q4_Kl y{};
+  y.d = x.d, y.dmin = x.dmin;
+  for (int l = 0; l < 8; ++l) {
+    int sc, m;
+    q4k_scale_min(x.scales, l, sc, m);
+    y.sc[l] = static_cast<uint8_t>(sc | (m >> 4) << 6);
+    y.mlo[l % 4] = static_cast<uint8_t>(y.mlo[l % 4] | (m & 15) << (4 * (l / 4)));
+    for (int i = 0; i < 32; ++i) {  // element 32l + i: byte 32(l / 2) + i, the high nibble for odd l
+      const int e = 32 * l + i, code = (x.qs[32 * (e / 64) + i] >> (4 * (l % 2))) & 15;
+      y.qs[32 * (i / 4 % 4) + 4 * l + i % 4] |= static_cast<uint8_t>(code << (4 * (i / 16)));
+    }
+  }
+  return y;
+}
+
+void relayout_q4_K(uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
+  for (int64_t r = 0; r < nrows; ++r) {
+    auto* x = reinterpret_cast<block_q4_K*>(rows + static_cast<size_t>(r) * stride);
+    for (int64_t i = 0; i < ne0 / QK_K; ++i) {
+      const block_q4_Kl y = lanes(x[i]);
+      std::memcpy(static_cast<void*>(x + i), &y, sizeof(y));
+    }
+  }
+}
+
 // Each group of 8 blocks of every row, in place.
 template <class Block>
 void regroup(uint8_t* rows, int64_t nrows, int64_t ne0, size_t stride) {
@@ -62,6 +89,7 @@ GgmlType repacked_type(GgmlType t, int64_t ne0, int64_t ne1) {
   if (ne0 <= 0 || ne0 % QK_K != 0) return t;
   if (t == GgmlType::MXFP4) return GgmlType::MXFP4_LANES;
   if (t == GgmlType::Q8_0) return GgmlType::Q8_0_X8;
+  if (t == GgmlType::Q4_K) return GgmlType::Q4_K_LANES;
   if (t == GgmlType::Q2_K && ne1 % 8 == 0 && active_isa() == Isa::Avx512) return GgmlType::Q2_K_SB;
   return t;
 }
@@ -80,6 +108,7 @@ void repack_rows(GgmlType t, uint8_t* rows, int64_t nrows, int64_t ne0, size_t s
   if (ne0 % QK_K != 0) return;
   if (t == GgmlType::MXFP4) return regroup<block_mxfp4>(rows, nrows, ne0, stride);
   if (t == GgmlType::Q8_0) return regroup<block_q8_0>(rows, nrows, ne0, stride);
+  if (t == GgmlType::Q4_K) return relayout_q4_K(rows, nrows, ne0, stride);
 }
 
 }  // namespace k3

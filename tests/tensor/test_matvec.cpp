@@ -75,15 +75,19 @@ TEST(Matvec, BatchIsOneVecDotPerOutput) {
 }
 
 TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
-  // Products of 2-5 tokens (the rows of a verify pass) through each ISA's tiles, types with and
-  // without packed activations and one without tiles (IQ4_XS), in groups of two whose tokens share
-  // their activations, strided activations and outputs: every output is that (row, token)'s vec_dot.
-  const T types[] = {T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4_LANES, T::Q4_K, T::IQ4_XS};
+  // Products of 1-5 tokens (decode, the rows of a verify pass) through each ISA's decode rows and
+  // tiles, types with and without packed activations and one without tiles (IQ4_XS), in groups of
+  // two whose tokens share their activations, strided activations and outputs: every output is that
+  // (row, token)'s vec_dot.
+  const T types[] = {T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4_LANES, T::Q4_K, T::Q4_K_LANES, T::IQ4_XS};
   const int64_t n = 1024, rows = 150;
   std::vector<Mat> mats;
   for (size_t i = 0; i < std::size(types); ++i)
     for (int j = 0; j < 2; ++j) {
-      const T file = types[i] == T::Q8_0_X8 ? T::Q8_0 : types[i] == T::MXFP4_LANES ? T::MXFP4 : types[i];
+      const T file = types[i] == T::Q8_0_X8       ? T::Q8_0
+                     : types[i] == T::MXFP4_LANES ? T::MXFP4
+                     : types[i] == T::Q4_K_LANES  ? T::Q4_K
+                                                  : types[i];
       Mat m = make(file, n, rows, 70 + 2 * i + j);
       if (file != types[i]) repack_rows(file, m.w.data(), rows, n, row_size(file, n)), m.type = types[i];
       mats.push_back(std::move(m));
@@ -94,7 +98,7 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
   for (Isa isa : kAllIsas) {
     if (!isa_supported(isa)) continue;
     set_isa(isa);
-    for (int64_t n_tok : {2, 3, 5}) {
+    for (int64_t n_tok : {1, 2, 3, 5}) {
       ThreadPool pool(2);
       std::vector<std::vector<uint8_t>> act(std::size(types));  // per type: n_tok rows, 32 bytes apart more than a row
       std::vector<std::vector<float>> y(mats.size(), std::vector<float>(n_tok * (rows + 7), -1.0f));
