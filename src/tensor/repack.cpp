@@ -52,9 +52,13 @@ block_q4_Kl lanes(const block_q4_K& x) {
     q4k_scale_min(x.scales, l, sc, m);
     y.sc[l] = static_cast<uint8_t>(sc | (m >> 4) << 6);
     y.mlo[l % 4] = static_cast<uint8_t>(y.mlo[l % 4] | (m & 15) << (4 * (l / 4)));
-    for (int i = 0; i < 32; ++i) {  // element 32l + i: byte 32(l / 2) + i, the high nibble for odd l
-      const int e = 32 * l + i, code = (x.qs[32 * (e / 64) + i] >> (4 * (l % 2))) & 15;
-      y.qs[32 * (i / 4 % 4) + 4 * l + i % 4] |= static_cast<uint8_t>(code << (4 * (i / 16)));
+    // element i of sub-block l: nibble l % 2 of byte 32(l / 2) + i; 4 elements a word
+    constexpr uint32_t kLo = 0x0F0F0F0Fu;
+    const uint8_t* q = x.qs + 32 * (l / 2);
+    for (int v = 0; v < 4; ++v) {
+      const uint32_t a = load32(q + 4 * v) >> (4 * (l % 2)) & kLo, b = load32(q + 16 + 4 * v) >> (4 * (l % 2)) & kLo;
+      const uint32_t w = a | b << 4;
+      std::memcpy(y.qs + 32 * v + 4 * l, &w, 4);
     }
   }
   return y;
