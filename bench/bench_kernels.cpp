@@ -39,7 +39,7 @@ using T = GgmlType;
 
 const T kWeightTypes[] = {T::F32,  T::F16,  T::BF16, T::Q4_0, T::Q4_1, T::Q5_0,  T::Q5_1,   T::Q8_0,
                           T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::MXFP4, T::IQ4_NL, T::IQ4_XS,
-                          T::Q8_0_X8, T::MXFP4_LANES, T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0,
+                          T::Q8_0_X8, T::MXFP4_LANES, T::Q4_K_LANES, T::Q1_0, T::Q2_0, T::NVFP4, T::TQ1_0, T::TQ2_0,
                           T::IQ3_XXS, T::IQ3_S, T::IQ2_XXS, T::IQ2_XS, T::IQ2_S, T::IQ1_S, T::IQ1_M};
 // The types of docs/formats.md, for their tile benchmarks.
 const T kLowBitTypes[] = {T::Q1_0,    T::Q2_0,    T::NVFP4,  T::TQ1_0, T::TQ2_0, T::IQ3_XXS,
@@ -64,7 +64,7 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
 // rows × n weights of type t: quantized (with a flat importance matrix where ggml needs one), and
 // for a repacked type (tensor/repack.h) quantized as the file type it comes from, then repacked.
 void quantize_weights(T t, const float* x, uint8_t* w, int64_t rows, int64_t n) {
-  const T file = t == T::MXFP4_LANES ? T::MXFP4 : t == T::Q8_0_X8 ? T::Q8_0 : t;
+  const T file = t == T::MXFP4_LANES ? T::MXFP4 : t == T::Q8_0_X8 ? T::Q8_0 : t == T::Q4_K_LANES ? T::Q4_K : t;
   const std::vector<float> flat(ref::requires_imatrix(file) ? n : 0, 1.0f);
   quantize_rows(file, x, w, rows, n, flat.empty() ? nullptr : flat.data());
   if (file != t) repack_rows(file, w, rows, n, row_size(t, n));
@@ -498,7 +498,7 @@ void register_all() {
     }
   if (test::GgmlCpu::get())
     for (T t : kWeightTypes)
-      if (t != T::MXFP4_LANES && t != T::Q8_0_X8)  // k3's own layouts
+      if (t != T::MXFP4_LANES && t != T::Q8_0_X8 && t != T::Q4_K_LANES)  // k3's own layouts
         benchmark::RegisterBenchmark(("vec_dot/" + std::string(type_name(t)) + "/ggml-" + test::GgmlCpu::get()->variant()).c_str(),
                                    BM_vec_dot_ggml, t);
   for (T t : {T::F16, T::BF16, T::Q8_0, T::Q8_1, T::Q8_K})
@@ -513,7 +513,7 @@ void register_all() {
     if (isa != Isa::AvxVnni)  // vector math has no AVX-VNNI form
       benchmark::RegisterBenchmark(("delta_rule/" + std::string(isa_name(isa))).c_str(), BM_delta_rule, isa);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
-  for (T t : {T::Q4_K, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
+  for (T t : {T::Q4_K, T::Q4_K_LANES, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {
       if (isa == Isa::Scalar) continue;  // minutes per pass; not a bandwidth candidate
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
@@ -535,7 +535,7 @@ void register_all() {
       if (isa != Isa::Scalar)
         benchmark::RegisterBenchmark(("prefetch_ab/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_prefetch_ab, t, isa)
             ->Arg(1)->Arg(2)->UseManualTime()->Iterations(12)->Unit(benchmark::kMillisecond);
-  std::vector<T> gemm_types = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K};
+  std::vector<T> gemm_types = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_0, T::Q4_K, T::Q4_K_LANES};
   gemm_types.insert(gemm_types.end(), std::begin(kLowBitTypes), std::end(kLowBitTypes));
   for (T t : gemm_types)
     for (Isa isa : isas())

@@ -134,9 +134,9 @@ void add_stream_flags(CLI::App& app, StreamFlags& f) {
                "copy the weights into anonymous memory (2 MB pages where the kernel gives them) instead of "
                "reading them through the file mapping; needs the whole model in memory (no streamed experts)");
   app.add_flag("--no-repack", f.no_repack,
-               "keep the weights in the file's layout instead of repacking Q8_0 and MXFP4 matrices into the "
-               "kernels' faster in-memory layouts (the same results; for comparisons); with streamed experts "
-               "nothing is repacked");
+               "keep the weights in the file's layout instead of repacking Q8_0, MXFP4 and Q4_K matrices into "
+               "the kernels' faster in-memory layouts (for comparisons; the same results but for the order in "
+               "which Q4_K and, on AVX-512, Q2_K sums are added); with streamed experts nothing is repacked");
   app.add_option("--io-threads", f.io_threads, "pread threads for expert reads (without io_uring)")
       ->capture_default_str();
   app.add_flag("--no-io-uring", f.no_uring, "read experts with a pread thread pool even where io_uring works");

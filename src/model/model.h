@@ -80,7 +80,8 @@ class Model {
   // (tensor/repack.h) in anonymous memory (2 MB pages where the kernel gives them) and lets their
   // pages of the mapping go (the page cache keeps them); Q2_K matrices that become Q2_K_SB keep
   // their bytes in place. Results change only there: to the order of llama.cpp's AVX-512 builds,
-  // which repack Q2_K as their loader does (unless --no-repack, in both engines). The token
+  // which repack Q2_K as their loader does (unless --no-repack, in both engines); and for Q4_K,
+  // whose lanes layout (Q4_K_LANES) adds the same integer sums in an order of its own. The token
   // embedding stays (one row is read a token), and so does a matrix whose values the layout cannot
   // hold (repackable). Not for a model whose experts an ExpertStore serves (it refuses repacked
   // stacks). Call once, before any forward(); returns the bytes repacked.

@@ -69,7 +69,31 @@ struct block_mxfp4x8 { uint8_t f[8]; uint8_t qs[4 * 32]; };
 // Q8_0_X8: 8 consecutive Q8_0 blocks, their scales first: d[k] and qs[32k..32k+31] are block k's,
 // so that one load gives a group's 8 scales (the same 272 bytes as the 8 blocks).
 struct block_q8_0x8 { uint16_t d[8]; int8_t qs[8 * 32]; };
+// Q4_K_LANES: a Q4_K super-block laid out for 256-bit kernels whose int32 lane l sums sub-block l
+// (32 elements). qs: 4 vectors of 32 bytes; byte 4l + j of vector v holds element 4v + j (low
+// nibble) and 16 + 4v + j (high nibble) of sub-block l, so the low nibbles of vector v and the high
+// ones are chunks v and v + 4 of every sub-block. The 6-bit scales and mins as the kernels widen
+// them: sc[l] = scale_l | (min_l >> 4) << 6, mlo[j] = (min_j & 15) | (min_{j+4} & 15) << 4.
+// The same 144 bytes as the Q4_K block.
+struct block_q4_Kl { uint16_t d; uint16_t dmin; uint8_t sc[8]; uint8_t mlo[4]; uint8_t qs[QK_K / 2]; };
 #pragma pack(pop)
+// Scale and min of sub-block j of a Q4_K / Q5_K super-block (ggml's 6-bit packing).
+inline constexpr void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = scales[j] & 63;
+    m = scales[j + 4] & 63;
+  } else {
+    sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+    m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+inline constexpr int q4kl_scale(const block_q4_Kl& x, int l) { return x.sc[l] & 63; }
+inline constexpr int q4kl_min(const block_q4_Kl& x, int l) { return ((x.mlo[l % 4] >> (4 * (l / 4))) & 15) | (x.sc[l] >> 6) << 4; }
+// Code of element i (0..31) of sub-block l.
+inline constexpr int q4kl_code(const block_q4_Kl& x, int l, int i) {
+  const uint8_t b = x.qs[32 * (i / 4 % 4) + 4 * l + i % 4];
+  return i < 16 ? b & 15 : b >> 4;
+}
 // Code of element i (0..31) of lane l's block.
 inline constexpr uint8_t mxfp4x8_code(const block_mxfp4x8& x, int l, int i) {
   const uint8_t b = x.qs[32 * (i / 8) + 4 * l + i % 4];
@@ -102,7 +126,7 @@ static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(blo
 static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
               sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292 &&
               sizeof(block_iq4_xs) == 136 && sizeof(block_mxfp4x8) == 8 * sizeof(block_mxfp4) &&
-              sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
+              sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0) && sizeof(block_q4_Kl) == sizeof(block_q4_K));
 static_assert(sizeof(block_q1_0) == 18 && sizeof(block_q2_0) == 18 && sizeof(block_nvfp4) == 36 &&
               sizeof(block_tq1_0) == 54 && sizeof(block_tq2_0) == 66 && sizeof(block_iq3_xxs) == 98 &&
               sizeof(block_iq3_s) == 110);

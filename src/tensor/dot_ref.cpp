@@ -345,10 +345,11 @@ void vec_dot_nvfp4(int64_t n, float* s, const void* vx, const void* vy) {
 struct KqInts {
   int32_t isum[8], msum[8];
 
-  // Zeroes the integer lanes and adds Σ scale[e / sub]·code[e]·a[e] to isum.
-  void codes(const int8_t* c, const int8_t* a, const int* scale, int sub) {
+  // Zeroes the integer lanes and adds Σ scale[e / sub]·code[e]·a[e] to isum: element e in lane
+  // (e % 32) / 4, or in lane e / 32 (its 32-element sub-block) where by_sub.
+  void codes(const int8_t* c, const int8_t* a, const int* scale, int sub, bool by_sub) {
     for (int l = 0; l < 8; ++l) isum[l] = msum[l] = 0;
-    for (int e = 0; e < QK_K; ++e) isum[(e % 32) / 4] += scale[e / sub] * c[e] * a[e];
+    for (int e = 0; e < QK_K; ++e) isum[by_sub ? e / 32 : (e % 32) / 4] += scale[e / sub] * c[e] * a[e];
   }
   // Per 16-element sub-block j: isum loses off·v[j]·bsums[j] (off != 0; −1 adds), or msum gains v[j]·bsums[j].
   void per_sub(const int* v, const int16_t* bsums, int off) {
@@ -391,6 +392,7 @@ struct KqBlock {
   int v[16] = {};
   int off = 0;
   bool has_v = false;
+  bool by_sub = false;  // isum lanes are 32-element sub-blocks (KqInts::codes)
   float dw = 0.0f, dmin = 0.0f;
 };
 
@@ -403,7 +405,7 @@ void kq_dot(int64_t n, float* s, const void* vx, const void* vy, Decode&& decode
   for (int64_t i = 0; i < n / QK_K; ++i) {
     KqBlock b;
     decode(x[i], b);
-    k.codes(b.c, y[i].qs, b.sc, b.sub);
+    k.codes(b.c, y[i].qs, b.sc, b.sub, b.by_sub);
     if (b.has_v) k.per_sub(b.v, y[i].bsums, b.off);
     k.add(y[i].d, b.dw, b.dmin);
   }
@@ -438,16 +440,6 @@ void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
   });
 }
 
-void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = scales[j] & 63;
-    m = scales[j + 4] & 63;
-  } else {
-    sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
-    m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-  }
-}
-
 // Q4_K and Q5_K share the scale layout: 8 sub-blocks of 32, so a min covers two bsums.
 template <bool kFive, typename Block>
 void vec_dot_q45_K(int64_t n, float* s, const void* vx, const void* vy) {
@@ -467,6 +459,21 @@ void vec_dot_q45_K(int64_t n, float* s, const void* vx, const void* vy) {
       b.v[2 * j + 1] = b.v[2 * j];
     }
     b.has_v = true;  // mins
+    b.dw = h2f(x.d), b.dmin = h2f(x.dmin);
+  });
+}
+
+// Q4_K_LANES (blocks.h): the same values as Q4_K, summed with lane l = sub-block l, so that the
+// SIMD forms keep a sub-block's sums in one lane (gemm_q4k_lanes.inc); msum lane l is then
+// min_l·(bsums[2l] + bsums[2l + 1]) as for Q4_K.
+void vec_dot_q4_K_lanes(int64_t n, float* s, const void* vx, const void* vy) {
+  kq_dot<block_q4_Kl>(n, s, vx, vy, [](const block_q4_Kl& x, KqBlock& b) {
+    for (int l = 0; l < 8; ++l) {
+      for (int i = 0; i < 32; ++i) b.c[32 * l + i] = static_cast<int8_t>(q4kl_code(x, l, i));
+      b.sc[l] = q4kl_scale(x, l);
+      b.v[2 * l] = b.v[2 * l + 1] = q4kl_min(x, l);
+    }
+    b.has_v = b.by_sub = true;
     b.dw = h2f(x.d), b.dmin = h2f(x.dmin);
   });
 }
@@ -666,6 +673,7 @@ void register_scalar_kernels(KernelTable& t) {
   set(T::Q2_K_SB, T::Q8_K, to_float_ref<T::Q2_K_SB>, vec_dot_q2_K<KqBlocks>);
   set(T::Q3_K, T::Q8_K, to_float_ref<T::Q3_K>, vec_dot_q3_K);
   set(T::Q4_K, T::Q8_K, to_float_ref<T::Q4_K>, vec_dot_q45_K<false, block_q4_K>);
+  set(T::Q4_K_LANES, T::Q8_K, to_float_ref<T::Q4_K_LANES>, vec_dot_q4_K_lanes);
   set(T::Q5_K, T::Q8_K, to_float_ref<T::Q5_K>, vec_dot_q45_K<true, block_q5_K>);
   set(T::Q6_K, T::Q8_K, to_float_ref<T::Q6_K>, vec_dot_q6_K);
   set(T::Q8_K, T::Q8_K, to_float_ref<T::Q8_K>, nullptr);

@@ -40,9 +40,10 @@ struct GemmKernel {
 // per-(row, token) vec_dot is the product). Tiled today: F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL,
 // MXFP4, Q2_K..Q6_K, the low-bit types (Q1_0, Q2_0, NVFP4, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, and the
 // lattice types IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, which take 64 tokens a call) and the lane
-// layouts Q8_0_X8, MXFP4_LANES (tensor/repack.h) on AVX2, AVX-VNNI and AVX-512; every level also has
-// decode rows for the 32-element block types and the lane layouts (their 256-bit forms, AVX-512
-// included, but for Q8_0_X8's 512-bit decode rows).
+// layouts Q8_0_X8, MXFP4_LANES, Q4_K_LANES (tensor/repack.h) on AVX2, AVX-VNNI and AVX-512; every
+// level also has decode rows for the 32-element block types and the lane layouts (their 256-bit
+// forms, AVX-512 included, but for Q8_0_X8's decode rows and Q4_K_LANES' rows and tiles, 512-bit
+// there).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,

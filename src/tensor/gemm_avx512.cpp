@@ -133,6 +133,7 @@ struct Bf16Gemm {
 #include "tensor/simd256_lowbit.inc"
 #include "tensor/gemm_block32.inc"
 #include "tensor/gemm_lanes.inc"
+#include "tensor/gemm_q4k_lanes.inc"
 #include "tensor/simd256_elem.inc"
 #include "tensor/gemm_elem.inc"
 #include "tensor/gemm_lowbit.inc"
@@ -352,6 +353,35 @@ struct Iq2Lattice {
 template <class W>
 constexpr GemmKernel iq2_kernel() { return wide_kernel<WideGemm<Iq2Lattice<W>, 1>>(iq2_packed_size, iq2_pack); }
 
+// Q4_K_LANES (gemm_q4k_lanes.inc) at 512 bits: weight vector v's low and high nibbles (chunks v and
+// v + 4) in one register against one 64-byte load of the packed activation, 4 vpdpbusd; the two
+// halves' int32 lanes added (the same exact sums), then scaled as the 256-bit form does.
+struct Q4KlDecoded512 {
+  __m512i u[4];  // chunks v (low half) and v + 4 (high half)
+  __m256i sw, m16;
+  float dw, dmin;
+};
+struct Q4KlW512 {
+  using Block = block_q4_Kl;
+  static constexpr int kShift = -1;
+  static void decode(const Block& x, Q4KlDecoded512& d) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    for (int v = 0; v < 4; ++v)
+      d.u[v] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load256(x.qs + 32 * v)), shift), m4);
+    q4kl_scales(x, d);
+  }
+};
+struct Q4KlDot512 {
+  using Decoded = Q4KlDecoded512;
+  static const int8_t* act(const Q4KlAct& a) { return a.qs; }
+  static __m256i isum(const Q4KlDecoded512& d, const int8_t* qs) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int v = 0; v < 4; ++v) acc = _mm512_dpbusd_epi32(acc, d.u[v], load512(qs + 64 * v));
+    return _mm256_mullo_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), d.sw);
+  }
+};
+
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
 constexpr GemmKernel kBf16 = unpacked<Bf16Gemm>();
@@ -360,6 +390,7 @@ constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
+constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
@@ -402,6 +433,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q2_K_SB: return &kQ2KSb;
     case GgmlType::Q3_K: return &kQ3K;
     case GgmlType::Q4_K: return &kQ4K;
+    case GgmlType::Q4_K_LANES: return &kQ4KLanes;
     case GgmlType::Q5_K: return &kQ5K;
     case GgmlType::Q6_K: return &kQ6K;
     case GgmlType::Q1_0: return &kQ10;

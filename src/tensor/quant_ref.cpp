@@ -53,6 +53,7 @@ void dequantize_row(GgmlType t, const void* x, float* y, int64_t n) {
     case GgmlType::Q2_K_SB: return dequantize_row_q2_K(as<block_q2_K>(x), y, n);
     case GgmlType::Q3_K: return dequantize_row_q3_K(as<block_q3_K>(x), y, n);
     case GgmlType::Q4_K: return dequantize_row_q4_K(as<block_q4_K>(x), y, n);
+    case GgmlType::Q4_K_LANES: return dequantize_row_q4_K_lanes(as<block_q4_Kl>(x), y, n);
     case GgmlType::Q5_K: return dequantize_row_q5_K(as<block_q5_K>(x), y, n);
     case GgmlType::Q6_K: return dequantize_row_q6_K(as<block_q6_K>(x), y, n);
     case GgmlType::Q8_K: return dequantize_row_q8_K(as<block_q8_K>(x), y, n);

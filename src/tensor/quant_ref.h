@@ -29,6 +29,7 @@ void dequantize_row_q5_0(const block_q5_0* x, float* y, int64_t n);
 void dequantize_row_q5_1(const block_q5_1* x, float* y, int64_t n);
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
 void dequantize_row_q8_0_x8(const block_q8_0x8* x, float* y, int64_t n);
+void dequantize_row_q4_K_lanes(const block_q4_Kl* x, float* y, int64_t n);
 void dequantize_row_q8_1(const block_q8_1* x, float* y, int64_t n);
 void dequantize_row_q2_K(const block_q2_K* x, float* y, int64_t n);
 void dequantize_row_q3_K(const block_q3_K* x, float* y, int64_t n);

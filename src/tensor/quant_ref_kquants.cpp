@@ -318,6 +318,15 @@ void dequantize_row_q4_K(const block_q4_K* x, float* y, int64_t n) {
   }
 }
 
+// The same values as dequantize_row_q4_K, read from the lanes layout (blocks.h).
+void dequantize_row_q4_K_lanes(const block_q4_Kl* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
+    const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
+    for (int e = 0; e < QK_K; ++e)
+      y[e] = d * q4kl_scale(x[i], e / 32) * q4kl_code(x[i], e / 32, e % 32) - dmin * q4kl_min(x[i], e / 32);
+  }
+}
+
 void dequantize_row_q5_K(const block_q5_K* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
     const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);

@@ -31,7 +31,8 @@ constexpr TypeInfo kTypes[] = {
 };
 // The same bytes per element as the file types they come from, so row sizes and strides do not
 // change (Q8_0_X8, MXFP4_LANES: 8 blocks as one).
-constexpr TypeInfo kLanes[] = {{T::Q2_K_SB, "q2_K_sb", 256, 84, true},
+constexpr TypeInfo kLanes[] = {{T::Q4_K_LANES, "q4_K_lanes", 256, 144, true},
+                               {T::Q2_K_SB, "q2_K_sb", 256, 84, true},
                                {T::Q8_0_X8, "q8_0_x8", 256, 272, true},
                                {T::MXFP4_LANES, "mxfp4_lanes", 256, 136, true}};
 

@@ -15,8 +15,9 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41, Q2_0 = 42,
   // k3's own layouts, never in a file (the GGUF reader and writer refuse them): rows repacked at
   // load for the SIMD kernels (blocks.h, block_q8_0x8 and block_mxfp4x8; tensor/repack.h), and
-  // Q2_K_SB: Q2_K's bytes summed per super-block, in the order of llama.cpp's repacked Q2_K.
-  Q2_K_SB = 61, Q8_0_X8 = 62, MXFP4_LANES = 63,
+  // Q2_K_SB: Q2_K's bytes summed per super-block, in the order of llama.cpp's repacked Q2_K;
+  // Q4_K_LANES: Q4_K super-blocks laid out so that int32 lane l sums sub-block l (block_q4_Kl).
+  Q4_K_LANES = 60, Q2_K_SB = 61, Q8_0_X8 = 62, MXFP4_LANES = 63,
 };
 
 struct TypeInfo {
@@ -28,7 +29,7 @@ struct TypeInfo {
 };
 
 // A type a file may name: nullptr for an id that is unknown, retired (4, 5, 31-33, 36-38) or
-// k3's own (Q2_K_SB, Q8_0_X8, MXFP4_LANES).
+// k3's own (Q4_K_LANES, Q2_K_SB, Q8_0_X8, MXFP4_LANES).
 const TypeInfo* type_info(uint32_t id);
 // Any type, k3's own included: nullptr (find_type) or an assertion (type_info) if unknown.
 const TypeInfo* find_type(GgmlType t);

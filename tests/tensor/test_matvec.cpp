@@ -75,17 +75,20 @@ TEST(Matvec, BatchIsOneVecDotPerOutput) {
 }
 
 TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
-  // Products of 2-12 tokens (the rows of a verify pass, an expert's rows of a short prompt) through
-  // each ISA's tiles: the file layouts and their lanes, types with and without packed activations
-  // and one without tiles (IQ4_XS), at K3-like widths and the tiny models' one-block width, in
-  // groups of two whose tokens share their activations, strided activations and outputs: every
-  // output is that (row, token)'s vec_dot.
-  const T types[] = {T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::IQ4_XS};
+  // Products of 1-12 tokens (decode, the rows of a verify pass, an expert's rows of a short prompt)
+  // through each ISA's decode rows and tiles: the file layouts and their lanes, types with and
+  // without packed activations and one without tiles (IQ4_XS), at K3-like widths and the tiny
+  // models' one-block width, in groups of two whose tokens share their activations, strided
+  // activations and outputs: every output is that (row, token)'s vec_dot.
+  const T types[] = {T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::Q4_K_LANES, T::IQ4_XS};
   const int64_t rows = 150;
   const Isa saved = active_isa();
   for (const int64_t n : {1024, 32})
   for (size_t i = 0; i < std::size(types); ++i) {
-    const T file = types[i] == T::Q8_0_X8 ? T::Q8_0 : types[i] == T::MXFP4_LANES ? T::MXFP4 : types[i];
+    const T file = types[i] == T::Q8_0_X8       ? T::Q8_0
+                   : types[i] == T::MXFP4_LANES ? T::MXFP4
+                   : types[i] == T::Q4_K_LANES  ? T::Q4_K
+                                                : types[i];
     if (n % type_info(file).block || (file != types[i] && repacked_type(file, n, rows) != types[i])) continue;
     Mat mats[2];
     for (int j = 0; j < 2; ++j) {
@@ -100,7 +103,7 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
       if (!isa_supported(isa)) continue;
       set_isa(isa);
       ThreadPool pool(2);
-      for (int64_t n_tok = 2; n_tok <= 12; ++n_tok) {
+      for (int64_t n_tok = 1; n_tok <= 12; ++n_tok) {
         std::vector<uint8_t> act(n_tok * xs);
         for (int64_t t = 0; t < n_tok; ++t) {
           std::vector<float> x(n);

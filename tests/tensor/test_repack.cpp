@@ -30,7 +30,7 @@ std::vector<Isa> simd_isas() {
 
 // rows file-type rows of n elements with random codes. MXFP4: exponents 2 + (base + block index)
 // mod 254, every one the lanes layout holds; Q8_0: scales ±2^(base / 16 - 8) with random
-// mantissas, codes -128..127.
+// mantissas, codes -128..127; Q4_K: d and dmin so, random 6-bit scales and mins.
 Bytes random_rows(T t, std::mt19937& rng, int64_t rows, int64_t n, int base) {
   Bytes w(rows * row_size(t, n));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -40,21 +40,25 @@ Bytes random_rows(T t, std::mt19937& rng, int64_t rows, int64_t n, int base) {
     if (t == T::MXFP4) {
       w[b * bs] = static_cast<uint8_t>(2 + (base + b) % 254);
     } else {
-      const float d = std::ldexp(1.0f + byte(rng) / 256.0f, base / 16 - 8) * (byte(rng) % 2 ? -1 : 1);
-      const uint16_t h = fp32_to_fp16(d);
-      std::memcpy(&w[b * bs], &h, 2);
+      for (int k = 0; k < (t == T::Q4_K ? 2 : 1); ++k) {  // Q4_K: d, dmin
+        const float d = std::ldexp(1.0f + byte(rng) / 256.0f, base / 16 - 8) * (byte(rng) % 2 ? -1 : 1);
+        const uint16_t h = fp32_to_fp16(d);
+        std::memcpy(&w[b * bs + 2 * k], &h, 2);
+      }
     }
   }
   return w;
 }
 
-// A Q8_0 activation row whose scale 2^s keeps every product with the weights finite and normal.
-Bytes activation(std::mt19937& rng, int64_t n, float scale) {
+// An activation row for weights of type t (Q8_0 or Q8_K) whose scale 2^s keeps every product with
+// the weights finite and normal.
+Bytes activation(T t, std::mt19937& rng, int64_t n, float scale) {
   std::normal_distribution<float> nd;
   std::vector<float> x(n);
   for (float& v : x) v = nd(rng) * scale;
-  Bytes a(row_size(T::Q8_0, n));
-  kernels(T::Q8_0, Isa::Scalar).from_float(x.data(), a.data(), n);
+  const T vt = kernels(t).vec_dot_type;
+  Bytes a(row_size(vt, n));
+  kernels(vt, Isa::Scalar).from_float(x.data(), a.data(), n);
   return a;
 }
 
@@ -64,8 +68,9 @@ Bytes repacked(T t, const Bytes& w, int64_t rows, int64_t n) {
   return r;
 }
 
-// File types and the layouts they repack into.
-constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_X8}};
+// File types and the layouts they repack into. Q4_K_LANES sums in an order of its own (sub-block
+// lanes, dot_ref.cpp); the others keep the file type's bits.
+constexpr std::pair<T, T> kPairs[] = {{T::MXFP4, T::MXFP4_LANES}, {T::Q8_0, T::Q8_0_X8}, {T::Q4_K, T::Q4_K_LANES}};
 
 float dot(T t, Isa isa, const uint8_t* w, const uint8_t* a, int64_t n) {
   float s;
@@ -80,9 +85,9 @@ TEST(Repack, WhichRowsRepack) {
     EXPECT_EQ(repacked_type(file, 288, 8), file);  // 9 blocks: not whole groups
     EXPECT_EQ(row_size(lanes, 7168), row_size(file, 7168));
   }
-  EXPECT_EQ(repacked_type(T::Q4_K, 7168, 8), T::Q4_K);
-  Bytes q(row_size(T::Q4_K, 256), 7);
-  repack_rows(T::Q4_K, q.data(), 1, 256, q.size());
+  EXPECT_EQ(repacked_type(T::Q6_K, 7168, 8), T::Q6_K);
+  Bytes q(row_size(T::Q6_K, 256), 7);
+  repack_rows(T::Q6_K, q.data(), 1, 256, q.size());
   EXPECT_EQ(q, Bytes(q.size(), 7));  // no faster layout: untouched
 }
 
@@ -149,10 +154,18 @@ TEST(Repack, SameValuesSameReferenceBits) {
         kernels(file, Isa::Scalar).to_float(w.data() + r * rs, want.data(), n);
         kernels(lanes, Isa::Scalar).to_float(l.data() + r * rs, got.data(), n);
         ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float))) << type_name(lanes) << " n " << n;
-        const Bytes a = activation(rng, n, 1.0f);
+        const Bytes a = activation(file, rng, n, 1.0f);
         const float f = dot(file, Isa::Scalar, w.data() + r * rs, a.data(), n);
         const float g = dot(lanes, Isa::Scalar, l.data() + r * rs, a.data(), n);
-        EXPECT_EQ(0, std::memcmp(&f, &g, sizeof(float))) << type_name(lanes) << " n " << n << ": " << f << " vs " << g;
+        if (lanes == T::Q4_K_LANES) {  // the same integer sums, added in another order
+          std::vector<float> av(n);
+          kernels(kernels(file).vec_dot_type, Isa::Scalar).to_float(a.data(), av.data(), n);
+          double mag = 0.0;
+          for (int64_t e = 0; e < n; ++e) mag += std::fabs(static_cast<double>(want[e]) * av[e]);
+          EXPECT_NEAR(f, g, 1e-6 * mag) << "n " << n;
+        } else {
+          EXPECT_EQ(0, std::memcmp(&f, &g, sizeof(float))) << type_name(lanes) << " n " << n << ": " << f << " vs " << g;
+        }
       }
     }
 }
@@ -168,7 +181,8 @@ TEST(Repack, TilesAndRowsGiveReferenceBits) {
       ASSERT_NE(g->rows, nullptr) << isa_name(isa);
       for (int base = 0; base < 256; base += 7) {
         const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 6;
-        const size_t rs = row_size(file, n), ws = rs + 3, arow = row_size(T::Q8_0, n), ps = g->packed_size(n);
+        const size_t rs = row_size(file, n), ws = rs + 3, arow = row_size(kernels(file).vec_dot_type, n),
+                     ps = g->packed_size(n);
         const Bytes l = repacked(file, random_rows(file, rng, rows, n, base), rows, n);
         Bytes w(rows * ws);
         for (int64_t r = 0; r < rows; ++r) std::memcpy(&w[r * ws], &l[r * rs], rs);
@@ -176,7 +190,7 @@ TEST(Repack, TilesAndRowsGiveReferenceBits) {
         // MXFP4's exponent e scales by 2^(e - 128): an activation of 2^(100 - e) keeps the products normal.
         const float scale = file == T::MXFP4 ? std::ldexp(1.0f, std::clamp(100 - base, -24, 15)) : 1.0f;
         for (int64_t k = 0; k < toks; ++k) {
-          const Bytes ak = activation(rng, n, scale);
+          const Bytes ak = activation(file, rng, n, scale);
           a.insert(a.end(), ak.begin(), ak.end());
           g->pack(a.data() + k * arow, packed.data() + k * ps, n);
         }
