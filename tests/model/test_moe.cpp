@@ -41,8 +41,9 @@ void check(const model::SynthOptions& o, const char* name, int threads) {
       for (int64_t i = 0; i < H; ++i) {
         const float ref = one[t * H + i];
         ASSERT_NEAR(many[t * H + i], ref, 1e-6 * scale) << name << " layer " << il << " row " << t << " " << i;
-        if (t < T_few)  // the same products (an expert read once for its rows), the same bits
+        if (t < T_few) {  // the same products (an expert read once for its rows), the same bits
           ASSERT_EQ(few[t * H + i], ref) << name << " layer " << il << " row " << t << " " << i;
+        }
       }
   }
   EXPECT_GT(n_moe, 0) << name;
