@@ -197,6 +197,20 @@ void BM_membw(benchmark::State& st) {
   st.counters["GB/s_mean"] = static_cast<double>(kProbeBytes) * static_cast<double>(st.iterations()) / total / 1e9;
 }
 
+// ---- the pool's fork/join --------------------------------------------------------------------
+
+// One empty parallel region (range(0) threads) back to back, as a decode token forks once per product
+// batch: chunks() with one chunk a thread (matvec_batch's kind of job), or run(). The cost a region adds
+// to a token beyond its work (docs/notes/i37e.md).
+void BM_pool_region(benchmark::State& st, bool chunked) {
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  const int64_t n = pool.size();
+  for (auto _ : st) {
+    if (chunked) pool.chunks(n, 1, [](int64_t, int64_t) {});
+    else pool.run([](int, int) {});
+  }
+}
+
 // ---- the order a decode reads its rows in ---------------------------------------------------
 
 // One thread reads the probe buffer as rows of range(0) bytes, a line at a time, in one of three
@@ -512,6 +526,8 @@ void register_all() {
   for (Isa isa : isas())
     if (isa != Isa::AvxVnni)  // vector math has no AVX-VNNI form
       benchmark::RegisterBenchmark(("delta_rule/" + std::string(isa_name(isa))).c_str(), BM_delta_rule, isa);
+  benchmark::RegisterBenchmark("pool/chunks", BM_pool_region, true)->Arg(2);
+  benchmark::RegisterBenchmark("pool/run", BM_pool_region, false)->Arg(2);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q4_K, T::Q4_K_LANES, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q6_K, T::BF16})
     for (Isa isa : isas()) {
