@@ -196,13 +196,14 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // sel/wt: [T][k] in selection order. Scratch (ops.h): kept per thread, named through references.
   thread_local struct {
-    std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, ash, sh;
+    std::vector<float> probs, wt, s, zbuf, y, zin, a, b, ye, m, ash, ush, sh;
     std::vector<uint8_t> zq, shq;
     std::vector<int32_t> sel, idx, used;
     std::vector<std::vector<int64_t>> rows;  // grouped path: (t * k + slot) per expert
   } tls;
   std::vector<float>&probs = tls.probs, &wt = tls.wt, &s = tls.s, &zbuf = tls.zbuf, &y = tls.y, &zin = tls.zin,
-                     &a = tls.a, &b = tls.b, &ye = tls.ye, &m = tls.m, &ash = tls.ash, &sh = tls.sh;
+                     &a = tls.a, &b = tls.b, &ye = tls.ye, &m = tls.m, &ash = tls.ash, &ush = tls.ush,
+                     &sh = tls.sh;
   std::vector<int32_t>&sel = tls.sel, &idx = tls.idx, &used = tls.used;
   std::vector<std::vector<int64_t>>& rows = tls.rows;
   // This process's rows (all of them alone): F of the F_all expert hidden rows, dl_out of the expert
@@ -216,15 +217,28 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // down to the latent (or the input itself), the shared experts' hidden layer; z and the hidden
   // layer in the formats their products take them (GatheredInput) where they can be
   const bool fused = T <= kFusedTokens && fused_ok(ctx, w);
+  // Their products run in one parallel region (at T = 1 one fork, not three).
   scratch_zeros(probs, T * E);
-  linear(ctx, w.gate_inp, x, T, probs.data());
+  LinearJob jobs[4] = {{w.gate_inp, x, probs.data()}};
+  size_t n_jobs = 1;
+  if (hp.latent()) {
+    scratch_zeros(zbuf, T * dl);
+    jobs[n_jobs++] = {w.routed_down, x, zbuf.data()};
+  }
+  const int64_t sh_all = w.gate_shexp ? w.down_shexp.ne[0] : 0, sh_local = w.gate_shexp ? w.gate_shexp.ne[1] : 0;
+  if (w.gate_shexp) {
+    scratch_zeros(ash, T * sh_all);
+    scratch_zeros(ush, T * sh_local);
+    jobs[n_jobs++] = {w.gate_shexp, x, ash.data()};
+    jobs[n_jobs++] = {w.up_shexp, x, ush.data()};
+  }
+  linear_batch(ctx, jobs, n_jobs, T);
+  if (w.gate_shexp) situ_rows(ctx, situ, ash.data(), ush.data(), T, sh_local);
   Slice cut[3] = {{probs.data(), w.gate_inp.ne[1], E}};  // this process's rows of each
   size_t n_cut = 1;
   const float* z = x;
   const void* zq = nullptr;  // z gathered in the experts' input format
   if (hp.latent()) {
-    scratch_zeros(zbuf, T * dl);
-    linear(ctx, w.routed_down, x, T, zbuf.data());
     z = zbuf.data();
     const int64_t local = w.routed_down.ne[1];
     cut[n_cut] = {zbuf.data(), local, dl};
@@ -240,10 +254,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   std::optional<GatheredInput> sh_in;  // the shared experts' hidden layer, input of down_shexp
   if (w.gate_shexp) {
-    const int64_t sh_all = w.down_shexp.ne[0];
-    scratch_zeros(ash, T * sh_all);
-    situ_hidden(ctx, situ, w.gate_shexp, w.up_shexp, x, T, ash.data());
-    sh_in.emplace(ctx, w.down_shexp, ash.data(), w.gate_shexp.ne[1], sh_all, 1, T, tls.shq);
+    sh_in.emplace(ctx, w.down_shexp, ash.data(), sh_local, sh_all, 1, T, tls.shq);
     cut[n_cut++] = sh_in->part();
   }
   gather(ctx, std::span<const Slice>(cut, n_cut), T);
