@@ -67,9 +67,9 @@ class ExpertLayer {
 // for every token's k selected experts e, in two parallel regions (the gate and up rows of every
 // expert for all the tokens that chose it, situ applied per chunk of rows on the thread that
 // produced them, and the quantization of its output too when this process holds every row; then the
-// downs) per group of experts (ExpertLayer: all of them, or k at a time). Each z_t is quantized once; each expert's rows are read
-// once for all its tokens (matvec_batch over several tokens). zq: z of one token already quantized
-// (gathered so), or null. Under mpirun a share of whole blocks of the activation is quantized where
+// downs) per group of experts (ExpertLayer: all of them, or k at a time). Each z_t is quantized
+// once; each expert's rows are read once for all its tokens (matvec_batch over several tokens). zq:
+// z of one token already quantized (gathered so), or null. Under mpirun a share of whole blocks of the activation is quantized where
 // it is computed and travels so (exchange_format). Same bits as the per-expert linear() path.
 void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
                   const std::vector<int32_t>& used, const int32_t* sel, int64_t T, int64_t k, const float* z,
