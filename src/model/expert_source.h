@@ -14,8 +14,9 @@ struct ExpertMats {
 };
 
 // Protocol per MoE layer, from one thread: request() as soon as the router has chosen, then
-// acquire()/done() per expert, then release(). The values served are exactly the file's, so
-// results never depend on the source, its cache size or its prefetching.
+// acquire()/done() per expert (in any order, at most a layer's n_expert_used acquired and not done
+// at once), then release(). The values served are exactly the file's, so results never depend on
+// the source, its cache size or its prefetching.
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;

@@ -172,6 +172,23 @@ int32_t ExpertStore::alloc_locked() {
   return victim;
 }
 
+bool ExpertStore::unpin_unused_locked() {
+  // the expert with the highest id: under mpirun the caller takes a layer's experts by ascending id
+  auto best = cur_pins_.end();
+  for (auto it = cur_pins_.begin(); it != cur_pins_.end(); ++it) {
+    const Slot& x = slots_[*it];
+    if (x.held || x.permanent || x.st == Slot::St::Loading) continue;
+    if (best == cur_pins_.end() || x.key % E_ > slots_[*best].key % E_) best = it;
+  }
+  if (best == cur_pins_.end()) return false;
+  const int32_t s = *best;
+  cur_pins_.erase(best);
+  pending_.push_back(slots_[s].key % E_);  // read again when acquired (a waiting expert is never resident)
+  --slots_[s].pins;
+  free_locked(s);
+  return true;
+}
+
 void ExpertStore::free_locked(int32_t s) {
   Slot& sl = slots_[s];
   if (sl.key >= 0) where_[sl.key] = -1;
@@ -348,11 +365,14 @@ ExpertMats ExpertStore::acquire(uint32_t il, int32_t e) {
     auto it = std::find(pending_.begin(), pending_.end(), e);
     if (it == pending_.end()) fail("expert store: expert %d of layer %u acquired without a request", e, il);
     pending_.erase(it);
-    // a slot frees up when a mispredicted prefetch lands; if every slot is held by this layer, the
-    // caller broke the protocol (done() per expert)
+    // a slot frees up when a mispredicted prefetch lands, or when one kept for an expert of this
+    // request that is not in use yet gives it up; if every slot is in use, the caller broke the
+    // protocol (done() per expert, a group of at most the capacity)
     while ((s = alloc_locked()) < 0) {
-      const bool landing = std::any_of(slots_.begin(), slots_.end(),
-                                       [](const Slot& x) { return x.st == Slot::St::Loading && x.pins == 0; });
+      if (unpin_unused_locked()) continue;
+      const bool landing = std::any_of(slots_.begin(), slots_.end(), [](const Slot& x) {
+        return x.st == Slot::St::Loading && (x.pins == 0 || (!x.held && !x.permanent));
+      });
       if (!landing)
         fail("expert store: no evictable slot for expert %d of layer %u (capacity %zu, all in use)", e, il,
              slots_.size());
@@ -371,6 +391,7 @@ ExpertMats ExpertStore::acquire(uint32_t il, int32_t e) {
     st_.stall_s += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   if (sl.st == Slot::St::Failed) throw Error(sl.error);
+  sl.held = true;
   ExpertMats m;
   WeightView* v[3] = {&m.gate, &m.up, &m.down};
   for (int p = 0; p < 3; ++p) {
@@ -388,6 +409,7 @@ void ExpertStore::done(uint32_t il, int32_t e) {
   if (it == cur_pins_.end()) return;
   cur_pins_.erase(it);
   --slots_[s].pins;
+  slots_[s].held = false;
   // a slot may have become evictable: start the next expert that was waiting for one
   std::vector<ReadJob> jobs;
   while (!pending_.empty()) {
@@ -403,8 +425,10 @@ void ExpertStore::done(uint32_t il, int32_t e) {
 
 void ExpertStore::release(uint32_t) noexcept {
   std::lock_guard<std::mutex> lk(mu_);
-  for (int32_t s : cur_pins_)
+  for (int32_t s : cur_pins_) {
+    slots_[s].held = false;
     if (--slots_[s].pins == 0 && slots_[s].st == Slot::St::Failed) free_locked(s);
+  }
   cur_pins_.clear();
   pending_.clear();
 }

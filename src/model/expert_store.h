@@ -110,11 +110,16 @@ class ExpertStore : public ExpertSource {
     enum class St : uint8_t { Free, Loading, Ready, Failed } st = St::Free;
     int parts_left = 0, pins = 0;
     bool prefetched = false, permanent = false;
+    bool held = false;  // acquired and not done
     size_t pad[3] = {0, 0, 0};  // where each matrix starts in its aligned read
     size_t seg_at[3] = {0, 0, 0};
     std::string error;
   };
   int32_t alloc_locked();  // a free or evictable slot, or -1
+  // Frees the slot of an expert of the current request that is resident but not acquired yet (it
+  // goes back to waiting for a slot, to be read again), so that experts taken in another order than
+  // request()'s still fit; false if there is none.
+  bool unpin_unused_locked();
   void load_locked(int32_t s, int32_t key, std::vector<ReadJob>& jobs);
   void free_locked(int32_t s);
   void on_read(const ReadJob& j, const std::string& err);

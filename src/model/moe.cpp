@@ -21,11 +21,19 @@ namespace {
 constexpr int64_t kFusedTokens = 16;
 
 // One MoE layer's routed experts: from the mapping, or requested from ctx.experts when the router
-// has chosen and released when the layer is done (also when it throws).
+// has chosen and released when the layer is done (also when it throws); and the groups they are
+// computed in: consecutive entries of `used`, per_group() at a time. Alone, `used` is in the
+// source's order (the experts it holds first), k at a time (a source holds one token's experts at
+// once), or all at once when mapped. With other processes holding rows of the experts, the rows
+// are exchanged group by group, and the processes may hold different experts and budgets (one maps,
+// one streams): every process takes the same groups, k experts at a time by ascending id, whatever
+// it holds.
 class ExpertLayer {
  public:
-  ExpertLayer(ExpertSource* src, uint32_t il, std::vector<int32_t>& used, const float* x, int64_t T)
-      : src_(src), il_(il) {
+  ExpertLayer(const Ctx& ctx, uint32_t il, std::vector<int32_t>& used, const float* x, int64_t T, int64_t k)
+      : src_(ctx.experts), il_(il) {
+    const bool shared = ctx.group && ctx.group->placement().tp_size > 1;
+    per_group_ = src_ || shared ? static_cast<size_t>(k) : used.size();
     if (!src_) return;
     try {
       src_->request(il_, used, x, T);
@@ -33,6 +41,7 @@ class ExpertLayer {
       src_->release(il_);
       throw;
     }
+    if (shared) std::sort(used.begin(), used.end());
   }
   ~ExpertLayer() {
     if (src_) src_->release(il_);
@@ -46,21 +55,21 @@ class ExpertLayer {
   void done(int32_t e) const {
     if (src_) src_->done(il_, e);
   }
-  bool streamed() const { return src_ != nullptr; }
+  size_t per_group() const { return per_group_; }
 
  private:
   ExpertSource* src_;
   uint32_t il_;
+  size_t per_group_;
 };
 
 // A few tokens (a decode step, the rows of a verify pass): y[t][j] = down_e situ(gate_e z_t, up_e z_t)
 // for every token's k selected experts e, in two parallel regions (the gate and up rows of every
 // expert for all the tokens that chose it, situ applied per chunk of rows on the thread that
 // produced them, and the quantization of its output too when this process holds every row; then the
-// downs) per group of at most k distinct experts (all of them with mapped weights; a source holds a
-// group at once, as it holds one token's). Each z_t is quantized once; each expert's rows are read
-// once for all its tokens (matvec_batch over several tokens). zq: z of one token already quantized
-// (gathered so), or null. Under mpirun a share of whole blocks of the activation is quantized where
+// downs) per group of experts (ExpertLayer: all of them, or k at a time). Each z_t is quantized
+// once; each expert's rows are read once for all its tokens (matvec_batch over several tokens). zq:
+// z of one token already quantized (gathered so), or null. Under mpirun a share of whole blocks of the activation is quantized where
 // it is computed and travels so (exchange_format). Same bits as the per-expert linear() path.
 void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const ExpertLayer& src,
                   const std::vector<int32_t>& used, const int32_t* sel, int64_t T, int64_t k, const float* z,
@@ -105,7 +114,7 @@ void experts_rows(Ctx& ctx, const ops::Situ& situ, const LayerWeights& w, const 
   const size_t stride = F == F_all ? aq_row : row_size(at, F);
   const int64_t align = type_info(at).block;
   const auto from_float = kernels(at).from_float;
-  const size_t n_used = used.size(), per_group = src.streamed() ? static_cast<size_t>(k) : n_used;
+  const size_t n_used = used.size(), per_group = src.per_group();
   mats.assign(n_used, first_mats);
   for (size_t g0 = 0; g0 < n_used; g0 += per_group) {
     const size_t g1 = std::min(n_used, g0 + per_group);
@@ -317,7 +326,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     for (int32_t e = 0; e < E; ++e)
       if (!rows[e].empty()) used.push_back(e);
   }
-  ExpertLayer src(ctx.experts, il, used, x, T);
+  ExpertLayer src(ctx, il, used, x, T, k);
   if (fused) {
     experts_rows(ctx, situ, w, src, used, sel.data(), T, k, z, zq, dl, y.data());
   } else {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "common/error.h"
 #include "helpers.h"
@@ -246,6 +247,50 @@ TEST(ExpertStore, ReadErrorNamesTensorAndOffsetAndStoreStaysUsable) {
   good.read_paths.clear();
   model::ExpertStore ok(*m, good);
   EXPECT_TRUE(same_bits(run(*m, &ok), run(*m, nullptr)));
+}
+
+// Under mpirun every process takes a layer's experts by ascending id, whatever it holds
+// (moe.cpp's ExpertLayer): a store whose slots are all kept for experts taken later must still
+// serve the others, k at a time, with the file's bytes. Here every slot holds an expert of the
+// layer (the lowest ids) before a request of all of them, taken from the highest id down.
+TEST(ExpertStore, ServesExpertsInAnotherOrderThanRequested) {
+  const auto path = make_model(many_experts(), "stream_order");
+  auto m = model::Model::load(path);
+  model::ExpertStoreOptions o;
+  o.quiet = true, o.prefetch = false, o.budget_bytes = 1;  // the least capacity: one expert per MoE layer
+  model::ExpertStore store(*m, o);
+  const int32_t E = static_cast<int32_t>(m->hparams().n_expert), cap = static_cast<int32_t>(store.capacity());
+  uint32_t il = 0;
+  while (!m->weights().layers[il].gate_exps) ++il;
+  const int64_t k = m->hparams().n_expert_used[il];
+  ASSERT_LT(cap, E);
+  const model::LayerWeights& lw = m->weights().layers[il];
+  const std::vector<float> x(m->hparams().n_embd, 0.0f);
+  auto same = [](const WeightView& a, const WeightView& b) {
+    return a.ne1 == b.ne1 && a.nb1 == b.nb1 && std::memcmp(a.data, b.data, a.ne1 * a.nb1) == 0;
+  };
+  std::vector<int32_t> first(cap);
+  std::iota(first.begin(), first.end(), 0);
+  store.request(il, first, x.data(), 1);
+  for (int32_t e : first) store.acquire(il, e), store.done(il, e);
+  store.release(il);
+  std::vector<int32_t> all(E);
+  std::iota(all.begin(), all.end(), 0);
+  store.request(il, all, x.data(), 1);
+  EXPECT_EQ(all[0], 0);  // the resident ones first
+  for (int32_t g = E; g > 0; g -= static_cast<int32_t>(k)) {
+    std::vector<int32_t> group;
+    for (int32_t e = g - 1; e >= std::max<int32_t>(0, g - static_cast<int32_t>(k)); --e) {
+      const model::ExpertMats mats = store.acquire(il, e);
+      EXPECT_TRUE(same(mats.gate, lw.gate_exps.mat(e)) && same(mats.up, lw.up_exps.mat(e)) &&
+                  same(mats.down, lw.down_exps.mat(e)))
+          << "expert " << e;
+      group.push_back(e);
+    }
+    for (int32_t e : group) store.done(il, e);
+  }
+  store.release(il);
+  EXPECT_LE(store.stats().allocated_bytes, store.stats().budget_bytes);
 }
 
 TEST(ExpertStore, ParseSize) {

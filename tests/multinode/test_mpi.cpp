@@ -215,6 +215,40 @@ TEST(Mpi, ExpertOrderOfEachProcessIsItsOwn) {
   }
 }
 
+// Processes may hold different experts and budgets (one machine maps every expert, one streams
+// them, or two stream with different caches): a pass of several rows computes its experts in
+// groups, and the groups, whose rows are exchanged, must be the same on every process whatever it
+// holds, and a store whose slots are all kept for experts taken later must still serve them. Each
+// MoE path: 12 rows (experts_rows, two passes with --chunk 12), 20 rows (one product per expert),
+// each followed by greedy decoding; bit for bit and token for token against one process.
+TEST(Mpi, ProcessesHoldDifferentExperts) {
+  // One MoE layer of 32 experts, 4 a token: the least cache (4 slots) holds this layer's experts of
+  // the step before when a pass of 20 of them starts, and they are not the lowest ids.
+  const std::string m = model("one_moe", "--layers 2 --heads 6 --type q8_0 --expert-type mxfp4 --experts 32 "
+                                         "--experts-used 4 --seed 26");
+  const std::string out = temp_path("dx2.json");
+  const std::string ids12 = kIds, ids20 = ids12 + ",159,72,320,291,542,602,237,751";
+  const std::string batch = " logits -t 1 --mode batch -m " + m + " --ids " + ids20;
+  const std::string chunked = " logits -t 1 --mode chunked --chunk 12 -m " + m + " --ids " + ids20;
+  const auto one_batch = logits_of(k3_bin() + batch, temp_path("dx1b.json"));
+  const auto one_chunked = logits_of(k3_bin() + chunked, temp_path("dx1c.json"));
+  const std::string gen12 = greedy(m), gen20 = " run -m " + m + " --ids " + ids20 + " -n 8 --temp 0 --ignore-eos --json -t 1";
+  const json one12 = run_json(k3_bin() + gen12), one20 = run_json(k3_bin() + gen20);
+  // one program a process (Open MPI's "A : B"); the leader prints the JSON, or writes the file
+  // (`lead`: its name; logits_of gives the second process the same)
+  auto two = [&](const std::string& args, const char* a, const char* b, const std::string& lead = "") {
+    return mpiexec() + " --mca pml ob1 --mca btl self,vader -np 1 " + k3_bin() + args + lead + " --expert-cache " + a +
+           " : -np 1 " + k3_bin() + args + " --expert-cache " + b;
+  };
+  for (const auto& [a, b] : {std::pair("1K", "off"), std::pair("off", "1K"), std::pair("64M", "1K")}) {
+    const std::string what = std::string("expert caches of ") + a + " and " + b;
+    expect_same_bits(one_batch, logits_of(two(batch, a, b, " --out " + out), out), what + ", 20 rows");
+    expect_same_bits(one_chunked, logits_of(two(chunked, a, b, " --out " + out), out), what + ", 12 rows then 8");
+    EXPECT_EQ(run_json(two(gen12, a, b))["ids"], one12["ids"]) << what << ", 12 rows then decoding";
+    EXPECT_EQ(run_json(two(gen20, a, b))["ids"], one20["ids"]) << what << ", 20 rows then decoding";
+  }
+}
+
 TEST(Mpi, PerplexityAndChatIdentical) {
   const std::string m = quant_model(), text = temp_path("text.txt");
   {
