@@ -21,9 +21,11 @@ namespace {
 
 // ---- helpers, the same operations as kernels_avx512.cpp / simd256_dot.inc -----------------------
 
+// Defined through the 256-bit files below too (their AVX-512 VL forms, ElemTile's 2 x 4 outputs, the
+// 512-bit decode rows of Q8_0_X8 and tiles of MXFP4_LANES); it was undefined here after this file
+// alone, which left those forms out of the build.
 #define K3_AVX512 1
 #include "tensor/simd256_common.inc"
-#undef K3_AVX512
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
@@ -140,6 +142,7 @@ struct Bf16Gemm {
 #include "tensor/gemm_elem.inc"
 #include "tensor/gemm_lowbit.inc"
 #include "tensor/simd256_iq.inc"
+#undef K3_AVX512
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
