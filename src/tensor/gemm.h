@@ -34,6 +34,9 @@ struct GemmKernel {
   // where every output is one chain of dependent FMAs (llama.cpp's order) that keeps several chains
   // in flight, each part one stream. Decode hands it a whole chunk of rows a call.
   bool rows_in_parts = false;
+  // The tiles prefetch their weight streams (a group at a time, as decode rows do); else the
+  // product requests a call's lines before it.
+  bool run_prefetches = false;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
