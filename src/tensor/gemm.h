@@ -34,9 +34,11 @@ struct GemmKernel {
   // where every output is one chain of dependent FMAs (llama.cpp's order) that keeps several chains
   // in flight, each part one stream. Decode hands it a whole chunk of rows a call.
   bool rows_in_parts = false;
-  // The tiles prefetch their weight streams (a group at a time, as decode rows do); else the
-  // product requests a call's lines before it.
-  bool run_prefetches = false;
+  // run for the products of a few tokens (matvec), with tiles that prefetch their weight streams a
+  // step at a time as decode rows do. Null: run, with the lines of each call requested before it.
+  // (Prefill's run calls pass over each row tile once per token tile: their prefetches would be
+  // paid several times.)
+  decltype(run) few = nullptr;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
