@@ -34,6 +34,12 @@ struct GemmKernel {
   // where every output is one chain of dependent FMAs (llama.cpp's order) that keeps several chains
   // in flight, each part one stream. Decode hands it a whole chunk of rows a call.
   bool rows_in_parts = false;
+  // run for the products of a few tokens (matvec, rows of up to half the prefetch distance), with
+  // tiles that prefetch their weight streams a step at a time as decode rows do. Null (or longer
+  // rows): run, with the lines of each call requested before it.
+  // (Prefill's run calls pass over each row tile once per token tile: their prefetches would be
+  // paid several times.)
+  decltype(run) few = nullptr;
 };
 
 // The tiled kernel for a weight type under an ISA, or null where there is none (then the
@@ -42,8 +48,8 @@ struct GemmKernel {
 // lattice types IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, which take 64 tokens a call) and the lane
 // layouts Q8_0_X8, MXFP4_LANES, Q4_K_LANES (tensor/repack.h) on AVX2, AVX-VNNI and AVX-512; every
 // level also has decode rows for the 32-element block types and the lane layouts (their 256-bit
-// forms, AVX-512 included, but for Q8_0_X8's decode rows and Q4_K_LANES' rows and tiles, 512-bit
-// there).
+// forms, AVX-512 included, but for Q8_0_X8's decode rows, MXFP4_LANES' tiles and Q4_K_LANES' rows
+// and tiles, 512-bit there).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,

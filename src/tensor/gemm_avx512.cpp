@@ -21,13 +21,17 @@ namespace {
 
 // ---- helpers, the same operations as kernels_avx512.cpp / simd256_dot.inc -----------------------
 
+// Defined through the 256-bit files below too (their AVX-512 VL forms, ElemTile's 2 x 4 outputs, the
+// 512-bit decode rows of Q8_0_X8 and tiles of MXFP4_LANES); it was undefined here after this file
+// alone, which left those forms out of the build.
 #define K3_AVX512 1
 #include "tensor/simd256_common.inc"
-#undef K3_AVX512
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 inline __m512i pair256(const void* lo, const void* hi) { return join256(load256(lo), load256(hi)); }
+// The two 256-bit halves of a 512-bit accumulator (chunks 2k and 2k + 1) added: the reference's lanes.
+inline __m256i fold_lanes(__m512i acc) { return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)); }
 inline float hsum512(__m512 v) {
   return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
@@ -90,7 +94,9 @@ struct FloatGemm {
   }
 };
 
-// BF16: vec_dot_bf16_512 (dpbf16ps, two accumulators over 64 elements, then 32-steps).
+// BF16: vec_dot_bf16_512 (dpbf16ps, two accumulators over 64 elements, then 32-steps). kPrefetch
+// (GemmKernel::few): 128 bytes of each row a step.
+template <bool kPrefetch>
 struct Bf16Gemm {
   static constexpr int kRows = 2, kCols = 4;
   template <int R, int C>
@@ -99,8 +105,11 @@ struct Bf16Gemm {
     __m512 acc[R][C][2];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_ps();
+    const TileStream<R> stream(ws);
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
+      if constexpr (kPrefetch)
+        for (int r = 0; r < R; ++r) prefetch_span<128>(stream.at(w + r * ws, 2 * i));
       for (int j = 0; j < 2; ++j) {
         __m512bh wv[R];
         for (int r = 0; r < R; ++r) wv[r] = in_reg(ld(w + r * ws, i + 32 * j));
@@ -138,6 +147,7 @@ struct Bf16Gemm {
 #include "tensor/gemm_elem.inc"
 #include "tensor/gemm_lowbit.inc"
 #include "tensor/simd256_iq.inc"
+#undef K3_AVX512
 
 // ---- 256-element super-blocks (K-quants) against Q8_K activations -------------------------------
 //
@@ -246,9 +256,6 @@ struct Q6KW {
     d.dw = h2f(x.d), d.dmin = 0.0f;
   }
 };
-
-// The two 256-bit halves of a 512-bit accumulator (chunks 2k and 2k + 1) added: the reference's lanes.
-inline __m256i fold_lanes(__m512i acc) { return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)); }
 
 // The integer part of one output: one maddubs and one dpwssd per 64 elements; the activation
 // super-block is loaded once per token for all rows of the tile.
@@ -384,7 +391,7 @@ struct Q4KlDot512 {
 
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
-constexpr GemmKernel kBf16 = unpacked<Bf16Gemm>();
+constexpr GemmKernel kBf16 = {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, run_tiles<Bf16Gemm<true>>};
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();

@@ -125,7 +125,12 @@ void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
     k[i] = {nullptr, nullptr, kw.vec_dot, m.xq, m.xstride, kw.dot_prefetches, false};
     if (!g || (one && !g->rows)) continue;
     if (one) k[i].rows = g->rows, k[i].prefetches = true, k[i].whole = g->rows_in_parts;
-    else k[i].run = g->run, k[i].prefetches = false;
+    else {
+      // The tiles' own prefetches where a tile's rows lie within the prefetch distance: at K3's width
+      // (BF16 rows of 14 KB) the burst before each call streamed faster (docs/notes/i38d.md).
+      const bool own = g->few && kTileStepRows * m.w.nb1 <= prefetch_distance();
+      k[i].run = own ? g->few : g->run, k[i].prefetches = own;
+    }
     const size_t ps = g->packed_size(m.w.ne0);
     if (ps == 0) continue;  // the tiles read the activations as they are
     for (size_t p = 0; p < i && k[i].act == m.xq; ++p)
