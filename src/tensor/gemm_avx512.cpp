@@ -323,7 +323,8 @@ struct Iq1Lattice {
 };
 
 // IQ1_S: the codes times 8·scale (at most 240, one mullo per chunk as at 256 bits), one dpbusd per
-// 64 values.
+// 64 values. The 32 grid entries of a super-block are 4 gathers of 8: entry g's index is qs[g] and,
+// as bits 8-10, bits 3(g % 4).. of qh[g / 4] (Iq1sW::chunk's).
 struct Iq1sLattice {
   using Block = block_iq1_s;
   struct Decoded {
@@ -332,11 +333,22 @@ struct Iq1sLattice {
     float dw;
   };
   static void decode(const Block& x, Decoded& d) {
-    KDecoded k;
-    Iq1Lattice<Iq1sW>::decode(x, k);
-    for (int c = 0; c < 4; ++c) d.u[c] = _mm512_mullo_epi16(k.u[c], k.sw[c]);
-    d.v16 = k.m16;
-    d.dw = k.dw;
+    const IqHead h = Iq1sW::head(x);
+    const __m512i qh8 = _mm512_slli_epi32(_mm512_castsi256_si512(_mm256_cvtepu16_epi32(load128(x.qh))), 8);
+    const __m512i shift = _mm512_set_epi32(9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0);
+    __m512i sw[4];
+    scale_words(h.s16, sw);
+    for (int half = 0; half < 2; ++half) {  // entries 16·half..16·half + 15
+      const __m512i word = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+      const __m512i hi = _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(word, _mm512_set1_epi32(4 * half)), qh8), shift);
+      const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi32(load128(x.qs + 16 * half)), _mm512_and_si512(hi, _mm512_set1_epi32(0x700)));
+      const __m512i lo = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIqGrids.iq1s, 8);
+      const __m512i up = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIqGrids.iq1s, 8);
+      d.u[2 * half] = _mm512_mullo_epi16(lo, sw[2 * half]);
+      d.u[2 * half + 1] = _mm512_mullo_epi16(up, sw[2 * half + 1]);
+    }
+    d.v16 = h.v16;
+    d.dw = h.dw;
   }
   using Act = KDot::Act;
   static Act act(const block_q8_K& a) { return KDot::act(a); }
