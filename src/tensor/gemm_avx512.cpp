@@ -270,6 +270,16 @@ struct KqSumPair {
   float hi() const { return hsum(_mm512_extractf32x8_ps(acc, 1)); }
 };
 
+// A pair tile's outputs: ks[j * R + r] holds tokens 2j | 2j + 1 of row r, of nt tokens.
+template <int R>
+void store_pairs(const KqSumPair* ks, int nt, float* y, int64_t ldy) {
+  for (int j = 0; 2 * j < nt; ++j)
+    for (int r = 0; r < R; ++r) {
+      y[2 * j * ldy + r] = ks[j * R + r].lo();
+      if (2 * j + 1 < nt) y[(2 * j + 1) * ldy + r] = ks[j * R + r].hi();
+    }
+}
+
 // [da of token 0 | da of token 1] (8 lanes each).
 inline __m512 da_pair(float d0, float d1) { return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1); }
 
@@ -389,11 +399,7 @@ struct WidePairGemm {
                             _mm512_mul_ps(da, _mm512_set1_ps(d[r].dw)));
       }
     }
-    for (int j = 0; j < pairs; ++j)
-      for (int r = 0; r < R; ++r) {
-        y[2 * j * ldy + r] = ks[j * R + r].lo();
-        if (2 * j + 1 < nt) y[(2 * j + 1) * ldy + r] = ks[j * R + r].hi();
-      }
+    store_pairs<R>(ks, nt, y, ldy);
   }
   static void run(int64_t n, const void* w, size_t ws, int64_t nr, const void* p, size_t ps, int64_t nt, float* y, int64_t ldy) {
     wide_run<WidePairGemm, Rows>(n, w, ws, nr, p, ps, nt, y, ldy);
@@ -486,11 +492,7 @@ struct Q4KlPairGemm {
         }
       }
     }
-    for (int j = 0; j < P; ++j)
-      for (int r = 0; r < R; ++r) {
-        y[2 * j * ldy + r] = ks[j * R + r].lo();
-        if (2 * j + 1 < C) y[(2 * j + 1) * ldy + r] = ks[j * R + r].hi();
-      }
+    store_pairs<R>(ks, C, y, ldy);
   }
 };
 
