@@ -448,21 +448,21 @@ void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {
   st.counters["a_over_b_time"] = median(ratio);
 }
 
-// Multi-token product (prefill): weights in cache, compute bound.
-void BM_matmul_tokens(benchmark::State& st, T t, Isa isa) {
-  const int64_t ne1 = 2048, n_tokens = 64;
-  const std::vector<float> wf = random_floats(kRow * ne1, 6);
-  std::vector<uint8_t> w(row_size(t, kRow) * ne1);
-  quantize_weights(t, wf.data(), w.data(), ne1, kRow);
-  const std::vector<float> x = random_floats(kRow * n_tokens, 7);
+// Multi-token product (prefill): weights in cache, compute bound. ne1 rows × n inputs by n_tokens
+// tokens on st.range(0) threads, the activations' quantization included.
+void BM_matmul_tokens(benchmark::State& st, T t, Isa isa, int64_t ne1, int64_t n, int64_t n_tokens) {
+  const std::vector<float> wf = random_floats(n * ne1, 6);
+  std::vector<uint8_t> w(row_size(t, n) * ne1);
+  quantize_weights(t, wf.data(), w.data(), ne1, n);
+  const std::vector<float> x = random_floats(n * n_tokens, 7);
   std::vector<float> y(ne1 * n_tokens);
   ThreadPool pool(static_cast<int>(st.range(0)));
-  const WeightView wv{t, w.data(), kRow, ne1, row_size(t, kRow)};
+  const WeightView wv{t, w.data(), n, ne1, row_size(t, n)};
   const Isa saved = active_isa();
   set_isa(isa);
   for (auto _ : st) matmul(wv, x.data(), n_tokens, y.data(), pool);
   set_isa(saved);
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRow * ne1 * n_tokens * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * ne1 * n_tokens * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 // One matmul work item's shape on one thread: 64 rows of n = range(0) inputs × 16 tokens,
@@ -562,9 +562,15 @@ void register_all() {
       }
   for (T t : {T::F32, T::Q4_K, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::IQ2_XXS, T::IQ1_S})
     for (Isa isa : isas())
-      if (isa != Isa::Scalar)
-        benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t, isa)
+      if (isa != Isa::Scalar) {
+        benchmark::RegisterBenchmark(("matmul_64tok/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t,
+                                     isa, 2048, kRow, 64)
             ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+        // A routed expert's gate of the medium preset at pp512: 1024 × 1024, 32 tokens.
+        benchmark::RegisterBenchmark(("matmul_expert/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matmul_tokens, t,
+                                     isa, 1024, 1024, 32)
+            ->Arg(1)->Unit(benchmark::kMicrosecond);
+      }
 }
 
 }  // namespace

@@ -257,6 +257,39 @@ struct Q6KW {
   }
 };
 
+// Two tokens' outputs of one row in one register: the unfolded sums s0, s1 of both (halves: chunks
+// 2k | 2k + 1) folded into token 0's 8 lanes | token 1's 8 lanes.
+inline __m512i fold_pair(__m512i s0, __m512i s1) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(s0, s1, 0x44), _mm512_shuffle_i64x2(s0, s1, 0xEE));
+}
+
+// KqSum of two tokens (token 0 in the low half, token 1 in the high half): each half's lanes take
+// KqSum::add's operations, so each output keeps its bits. dadw: da·dw of each token in its half
+// (the same product as KqSum's), dadmin likewise.
+struct KqSumPair {
+  __m512 acc = _mm512_setzero_ps();
+  void add(__m512i isum, __m512i msum, __m512 dadw, __m512 dadmin) {
+    acc = _mm512_fnmadd_ps(dadmin, _mm512_cvtepi32_ps(msum), acc);
+    add(isum, dadw);
+  }
+  void add(__m512i isum, __m512 dadw) { acc = _mm512_fmadd_ps(dadw, _mm512_cvtepi32_ps(isum), acc); }
+  float lo() const { return hsum(_mm512_castps512_ps256(acc)); }
+  float hi() const { return hsum(_mm512_extractf32x8_ps(acc, 1)); }
+};
+
+// A pair tile's outputs: ks[j * R + r] holds tokens 2j | 2j + 1 of row r, of nt tokens.
+template <int R>
+void store_pairs(const KqSumPair* ks, int nt, float* y, int64_t ldy) {
+  for (int j = 0; 2 * j < nt; ++j)
+    for (int r = 0; r < R; ++r) {
+      y[2 * j * ldy + r] = ks[j * R + r].lo();
+      if (2 * j + 1 < nt) y[(2 * j + 1) * ldy + r] = ks[j * R + r].hi();
+    }
+}
+
+// [da of token 0 | da of token 1] (8 lanes each).
+inline __m512 da_pair(float d0, float d1) { return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1); }
+
 // The integer part of one output: one maddubs and one dpwssd per 64 elements; the activation
 // super-block is loaded once per token for all rows of the tile.
 struct KDot {
@@ -278,9 +311,9 @@ struct KDot {
 
 // ---- the lattice types (simd256_iq.inc) ----------------------------------------------------------
 //
-// As the 256-bit tiles (gemm_simd256.inc): WideGemm's, each isum from its super-block's constant term
-// (IQ1 shift terms, IQ2 bias correction). Each 64-value chunk joins two of the 256-bit decode's
-// chunks, so the lanes are the same.
+// As the 256-bit tiles (gemm_simd256.inc): WideGemm's (IQ1_S: WidePairGemm's, below), each isum
+// from its super-block's constant term (IQ1 shift terms, IQ2 bias correction). Each 64-value chunk
+// joins two of the 256-bit decode's chunks, so the lanes are the same.
 
 // IQ1_M: unsigned codes through KDot.
 template <class W>
@@ -307,7 +340,8 @@ struct Iq1Lattice {
 };
 
 // IQ1_S: the codes times 8·scale (at most 240, one mullo per chunk as at 256 bits), one dpbusd per
-// 64 values.
+// 64 values. The 32 grid entries of a super-block are 4 gathers of 8: entry g's index is qs[g] and,
+// as bits 8-10, bits 3(g % 4).. of qh[g / 4] (Iq1sW::chunk's).
 struct Iq1sLattice {
   using Block = block_iq1_s;
   struct Decoded {
@@ -316,18 +350,66 @@ struct Iq1sLattice {
     float dw;
   };
   static void decode(const Block& x, Decoded& d) {
-    KDecoded k;
-    Iq1Lattice<Iq1sW>::decode(x, k);
-    for (int c = 0; c < 4; ++c) d.u[c] = _mm512_mullo_epi16(k.u[c], k.sw[c]);
-    d.v16 = k.m16;
-    d.dw = k.dw;
+    const IqHead h = Iq1sW::head(x);
+    const __m512i qh8 = _mm512_slli_epi32(_mm512_castsi256_si512(_mm256_cvtepu16_epi32(load128(x.qh))), 8);
+    const __m512i shift = _mm512_set_epi32(9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0);
+    __m512i sw[4];
+    scale_words(h.s16, sw);
+    for (int half = 0; half < 2; ++half) {  // entries 16·half..16·half + 15
+      const __m512i word = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+      const __m512i hi = _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(word, _mm512_set1_epi32(4 * half)), qh8), shift);
+      const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi32(load128(x.qs + 16 * half)), _mm512_and_si512(hi, _mm512_set1_epi32(0x700)));
+      const __m512i lo = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIqGrids.iq1s, 8);
+      const __m512i up = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIqGrids.iq1s, 8);
+      d.u[2 * half] = _mm512_mullo_epi16(lo, sw[2 * half]);
+      d.u[2 * half + 1] = _mm512_mullo_epi16(up, sw[2 * half + 1]);
+    }
+    d.v16 = h.v16;
+    d.dw = h.dw;
   }
   using Act = KDot::Act;
   static Act act(const block_q8_K& a) { return KDot::act(a); }
-  static __m256i isum(const Decoded& d, const Act& x, const block_q8_K& a) {
-    __m512i acc = _mm512_zextsi256_si512(_mm256_madd_epi16(load256(a.bsums), d.v16));
+  static __m512i raw(const Decoded& d, const Act& x) {
+    __m512i acc = _mm512_setzero_si512();
     for (int k = 0; k < 4; ++k) acc = _mm512_dpbusd_epi32(acc, d.u[k], x.v[k]);
-    return fold_lanes(acc);
+    return acc;
+  }
+  // The shift terms against the bsums of tokens 0 | 1.
+  static __m512i init(const Decoded& d, const block_q8_K& a0, const block_q8_K& a1) {
+    return _mm512_madd_epi16(pair256(a0.bsums, a1.bsums), _mm512_broadcast_i64x4(d.v16));
+  }
+};
+
+// A lattice tile at 512 bits: as WideGemm (each weight super-block decoded once per call of up to
+// kTokens tokens), but the tokens go two at a time, so that the fold to the reference's lanes, the
+// conversion and the FMA serve two outputs per instruction. L gives Block, Decoded (with dw),
+// decode, act, raw (an output's unfolded 16 lanes) and init (both tokens' constant terms).
+template <class L, int Rows>
+struct WidePairGemm {
+  static constexpr int kTokens = 64;
+  template <int R>
+  __attribute__((flatten)) static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, int nt, float* y,
+                                            int64_t ldy) {
+    using Block = typename L::Block;
+    const int pairs = (nt + 1) / 2;  // an odd count's last token pairs with itself
+    typename L::Decoded d[R];
+    KqSumPair ks[R * kTokens / 2];
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+      for (int r = 0; r < R; ++r) L::decode(reinterpret_cast<const Block*>(w + r * ws)[i], d[r]);
+      for (int j = 0; j < pairs; ++j) {
+        const block_q8_K& a0 = reinterpret_cast<const block_q8_K*>(p + 2 * j * ps)[i];
+        const block_q8_K& a1 = reinterpret_cast<const block_q8_K*>(p + std::min(2 * j + 1, nt - 1) * ps)[i];
+        const auto x0 = L::act(a0), x1 = L::act(a1);
+        const __m512 da = da_pair(a0.d, a1.d);
+        for (int r = 0; r < R; ++r)
+          ks[j * R + r].add(_mm512_add_epi32(fold_pair(L::raw(d[r], x0), L::raw(d[r], x1)), L::init(d[r], a0, a1)),
+                            _mm512_mul_ps(da, _mm512_set1_ps(d[r].dw)));
+      }
+    }
+    store_pairs<R>(ks, nt, y, ldy);
+  }
+  static void run(int64_t n, const void* w, size_t ws, int64_t nr, const void* p, size_t ps, int64_t nt, float* y, int64_t ldy) {
+    wide_run<WidePairGemm, Rows>(n, w, ws, nr, p, ps, nt, y, ldy);
   }
 };
 
@@ -382,10 +464,42 @@ struct Q4KlW512 {
 struct Q4KlDot512 {
   using Decoded = Q4KlDecoded512;
   static const int8_t* act(const Q4KlAct& a) { return a.qs; }
-  static __m256i isum(const Q4KlDecoded512& d, const int8_t* qs) {
+  // The unfolded sums: chunk v's lanes in the low half, chunk v + 4's in the high half.
+  static __m512i raw(const Q4KlDecoded512& d, const int8_t* qs) {
     __m512i acc = _mm512_setzero_si512();
     for (int v = 0; v < 4; ++v) acc = _mm512_dpbusd_epi32(acc, d.u[v], load512(qs + 64 * v));
-    return _mm256_mullo_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), d.sw);
+    return acc;
+  }
+  static __m256i isum(const Q4KlDecoded512& d, const int8_t* qs) { return _mm256_mullo_epi32(fold_lanes(raw(d, qs)), d.sw); }
+};
+
+// Q4_K_LANES prefill tiles at 512 bits: KQuantGemm's outputs (Q4KlW512, Q4KlDot512), two tokens
+// at a time as the lattice's WidePairGemm takes them: the fold of both tokens' halves, the scale
+// multiply, the mins' madd, the conversions and the two FMAs each serve two outputs.
+template <int Rows, int Cols>
+struct Q4KlPairGemm {
+  static constexpr int kRows = Rows, kCols = Cols;
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* p, size_t ps, float* y, int64_t ldy) {
+    constexpr int P = (C + 1) / 2;  // an odd count's last token pairs with itself
+    Q4KlDecoded512 d[R];
+    KqSumPair ks[R * P];
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+      for (int r = 0; r < R; ++r) Q4KlW512::decode(reinterpret_cast<const block_q4_Kl*>(w + r * ws)[i], d[r]);
+      for (int j = 0; j < P; ++j) {
+        const Q4KlAct& a0 = reinterpret_cast<const Q4KlAct*>(p + 2 * j * ps)[i];
+        const Q4KlAct& a1 = reinterpret_cast<const Q4KlAct*>(p + std::min(2 * j + 1, C - 1) * ps)[i];
+        const __m512 da = da_pair(a0.d, a1.d);
+        const __m512i bs = pair256(a0.bsums, a1.bsums);
+        for (int r = 0; r < R; ++r) {
+          const __m512i isum = _mm512_mullo_epi32(fold_pair(Q4KlDot512::raw(d[r], a0.qs), Q4KlDot512::raw(d[r], a1.qs)),
+                                                  _mm512_broadcast_i64x4(d[r].sw));
+          const __m512i m = _mm512_madd_epi16(bs, _mm512_broadcast_i64x4(d[r].m16));
+          ks[j * R + r].add(isum, m, _mm512_mul_ps(da, _mm512_set1_ps(d[r].dw)), _mm512_mul_ps(da, _mm512_set1_ps(d[r].dmin)));
+        }
+      }
+    }
+    store_pairs<R>(ks, C, y, ldy);
   }
 };
 
@@ -397,7 +511,7 @@ constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
-constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512>();
+constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512, Q4KlPairGemm<2, 8>>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
@@ -417,7 +531,7 @@ constexpr GemmKernel kIq3s = iq3_kernel<Iq3sW>();
 constexpr GemmKernel kIq2xxs = iq2_kernel<Iq2xxsW>();
 constexpr GemmKernel kIq2xs = iq2_kernel<Iq2xsW>();
 constexpr GemmKernel kIq2s = iq2_kernel<Iq2sW>();
-constexpr GemmKernel kIq1s = wide_kernel<WideGemm<Iq1sLattice, 1>>();
+constexpr GemmKernel kIq1s = wide_kernel<WidePairGemm<Iq1sLattice, 2>>();
 constexpr GemmKernel kIq1m = wide_kernel<WideGemm<Iq1Lattice<Iq1mW>, 1>>();
 
 }  // namespace

@@ -180,7 +180,7 @@ TEST(Repack, TilesAndRowsGiveReferenceBits) {
       ASSERT_NE(g, nullptr) << isa_name(isa);
       ASSERT_NE(g->rows, nullptr) << isa_name(isa);
       for (int base = 0; base < 256; base += 7) {
-        const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 6;
+        const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 19;  // tiles of 8 tokens: whole, partial, odd
         const size_t rs = row_size(file, n), ws = rs + 3, arow = row_size(kernels(file).vec_dot_type, n),
                      ps = g->packed_size(n);
         const Bytes l = repacked(file, random_rows(file, rng, rows, n, base), rows, n);
