@@ -26,10 +26,26 @@ void release_if_oversized(std::vector<T>& v, size_t n) {
 // system (freed buffers otherwise stay in malloc's arenas). Once per forward pass.
 void scratch_trim();
 
+// Asks for 2 MB pages over the whole 2 MB pages inside [p, p + bytes) (transparent huge pages in
+// "madvise" mode otherwise fault a fresh buffer in 4 KB at a time).
+void advise_huge_pages(void* p, size_t bytes);
+
+// Room for n elements, its contents dropped where it grows: a buffer regrown after generation gave
+// it back is advised into 2 MB pages before its first touch (the first prompt after a generation
+// ran 13-22 % slower faulting it in 4 KB pages; docs/performance.md, "Scratch in 2 MB pages").
+template <class T>
+void scratch_room(std::vector<T>& v, size_t n) {
+  if (n <= v.capacity()) return;
+  std::vector<T>().swap(v);
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(T));
+}
+
 // n value-initialised elements.
 template <class T>
 void scratch_zeros(std::vector<T>& v, size_t n) {
   release_if_oversized(v, n);
+  scratch_room(v, n);
   v.assign(n, T{});
 }
 
@@ -37,6 +53,7 @@ void scratch_zeros(std::vector<T>& v, size_t n) {
 template <class T>
 void scratch_size(std::vector<T>& v, size_t n) {
   release_if_oversized(v, n);
+  scratch_room(v, n);
   v.resize(n);
 }
 
