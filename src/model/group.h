@@ -66,6 +66,11 @@ class Group {
   virtual void send_stream(const float* h, const Bank& bank, int64_t T, int64_t H) = 0;
   // The end of a forward pass here: sends still in flight complete.
   virtual void end_pass() = 0;
+  // Whether any process of the tensor-parallel group streams its routed experts (`here`: this one
+  // does), so that all compute a layer's experts k at a time as a store holds them (model/moe.cpp).
+  // Agreed at the first call (every process makes it at the same layer of the same pass) and kept:
+  // a process's expert source is the same for its life.
+  virtual bool any_streams(bool here) = 0;
   // A failure inside a pass the others take part in: every process stops, naming this one.
   [[noreturn]] virtual void abort(const char* what) = 0;
 };

@@ -27,13 +27,14 @@ constexpr int64_t kFusedTokens = 16;
 // once), or all at once when mapped. With other processes holding rows of the experts, the rows
 // are exchanged group by group, and the processes may hold different experts and budgets (one maps,
 // one streams): every process takes the same groups, k experts at a time by ascending id, whatever
-// it holds.
+// it holds, when any of them streams; all at once when they all map.
 class ExpertLayer {
  public:
   ExpertLayer(const Ctx& ctx, uint32_t il, std::vector<int32_t>& used, const float* x, int64_t T, int64_t k)
       : src_(ctx.experts), il_(il) {
     const bool shared = ctx.group && ctx.group->placement().tp_size > 1;
-    per_group_ = src_ || shared ? static_cast<size_t>(k) : used.size();
+    const bool streamed = shared ? ctx.group->any_streams(src_ != nullptr) : src_ != nullptr;
+    per_group_ = streamed ? static_cast<size_t>(k) : used.size();
     if (!src_) return;
     try {
       src_->request(il_, used, x, T);

@@ -388,6 +388,14 @@ void MpiGroup::end_pass() {
   sends_.clear();
 }
 
+bool MpiGroup::any_streams(bool here) {
+  if (any_streams_ < 0) {  // once, like the start-up checks: not counted as a pass's exchange
+    int mine = here ? 1 : 0;
+    MPI_Allreduce(&mine, &any_streams_, 1, MPI_INT, MPI_MAX, tp_comm_);
+  }
+  return any_streams_ != 0;
+}
+
 void MpiGroup::abort(const char* what) {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);

@@ -67,6 +67,7 @@ class MpiGroup final : public model::Group, public model::StateMirror, public ca
   void recv_stream(float* h, model::Bank& bank, int64_t T, int64_t H) override;
   void send_stream(const float* h, const model::Bank& bank, int64_t T, int64_t H) override;
   void end_pass() override;
+  bool any_streams(bool here) override;
   [[noreturn]] void abort(const char* what) override;
 
   // model::StateMirror (the leader's states)
@@ -104,6 +105,7 @@ class MpiGroup final : public model::Group, public model::StateMirror, public ca
   model::Placement place_;
   int world_rank_ = 0, world_size_ = 1;
   MPI_Comm tp_comm_ = MPI_COMM_NULL;
+  int any_streams_ = -1;  // any_streams(): -1 until agreed
   Counters cnt_;
   std::vector<float> buf_, pack_;
   std::vector<uint8_t> gbuf_, gpack_;  // gather()'s, in bytes

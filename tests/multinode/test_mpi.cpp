@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -221,11 +222,21 @@ TEST(Mpi, ExpertOrderOfEachProcessIsItsOwn) {
 // holds, and a store whose slots are all kept for experts taken later must still serve them. Each
 // MoE path: 12 rows (experts_rows, two passes with --chunk 12), 20 rows (one product per expert),
 // each followed by greedy decoding; bit for bit and token for token against one process.
+// One MoE layer of 32 experts, 4 a token: a pass of 12 or 20 rows chooses most of them.
+std::string one_moe_model() {
+  return model("one_moe", "--layers 2 --heads 6 --type q8_0 --expert-type mxfp4 --experts 32 --experts-used 4 --seed 26");
+}
+
+// One program a process (Open MPI's "A : B"), each with its own --expert-cache.
+std::string two_caches(const std::string& args, const char* a, const char* b, const std::string& lead = "") {
+  return mpiexec() + " --mca pml ob1 --mca btl self,vader -np 1 " + k3_bin() + args + lead + " --expert-cache " + a +
+         " : -np 1 " + k3_bin() + args + " --expert-cache " + b;
+}
+
 TEST(Mpi, ProcessesHoldDifferentExperts) {
-  // One MoE layer of 32 experts, 4 a token: the least cache (4 slots) holds this layer's experts of
-  // the step before when a pass of 20 of them starts, and they are not the lowest ids.
-  const std::string m = model("one_moe", "--layers 2 --heads 6 --type q8_0 --expert-type mxfp4 --experts 32 "
-                                         "--experts-used 4 --seed 26");
+  // The least cache (4 slots) holds this layer's experts of the step before when a pass of 20 of
+  // them starts, and they are not the lowest ids.
+  const std::string m = one_moe_model();
   const std::string out = temp_path("dx2.json");
   const std::string ids12 = kIds, ids20 = ids12 + ",159,72,320,291,542,602,237,751";
   const std::string batch = " logits -t 1 --mode batch -m " + m + " --ids " + ids20;
@@ -234,11 +245,10 @@ TEST(Mpi, ProcessesHoldDifferentExperts) {
   const auto one_chunked = logits_of(k3_bin() + chunked, temp_path("dx1c.json"));
   const std::string gen12 = greedy(m), gen20 = " run -m " + m + " --ids " + ids20 + " -n 8 --temp 0 --ignore-eos --json -t 1";
   const json one12 = run_json(k3_bin() + gen12), one20 = run_json(k3_bin() + gen20);
-  // one program a process (Open MPI's "A : B"); the leader prints the JSON, or writes the file
-  // (`lead`: its name; logits_of gives the second process the same)
-  auto two = [&](const std::string& args, const char* a, const char* b, const std::string& lead = "") {
-    return mpiexec() + " --mca pml ob1 --mca btl self,vader -np 1 " + k3_bin() + args + lead + " --expert-cache " + a +
-           " : -np 1 " + k3_bin() + args + " --expert-cache " + b;
+  // the leader prints the JSON, or writes the file (`lead`: its name; logits_of gives the second
+  // process the same)
+  const auto two = [](const std::string& args, const char* a, const char* b, const std::string& lead = "") {
+    return two_caches(args, a, b, lead);
   };
   for (const auto& [a, b] : {std::pair("1K", "off"), std::pair("off", "1K"), std::pair("64M", "1K")}) {
     const std::string what = std::string("expert caches of ") + a + " and " + b;
@@ -247,6 +257,24 @@ TEST(Mpi, ProcessesHoldDifferentExperts) {
     EXPECT_EQ(run_json(two(gen12, a, b))["ids"], one12["ids"]) << what << ", 12 rows then decoding";
     EXPECT_EQ(run_json(two(gen20, a, b))["ids"], one20["ids"]) << what << ", 20 rows then decoding";
   }
+}
+
+// When every process maps its experts, a pass of a few rows exchanges the experts' hidden rows once
+// a MoE layer however many experts its rows choose; when one streams, k experts a group on every
+// process. Counted over a 2-row and a 12-row prompt pass (`k3 bench -p P -n 0`, two passes each).
+TEST(Mpi, MappedExpertsExchangedOnceAPass) {
+  const std::string m = one_moe_model();
+  auto messages = [&](int p, const char* a, const char* b) {
+    const std::string args = " bench -m " + m + " -p " + std::to_string(p) + " -n 0 -r 1 --membw-mib 0 --json -t 1";
+    const json j = run_json(two_caches(args, a, b));
+    EXPECT_EQ(j["ranks"].size(), 2u);
+    const json& e = j["ranks"][0];
+    EXPECT_EQ(e["tokens"].get<int64_t>(), 2 * p);
+    return std::llround(e["messages_per_token"].get<double>() * e["tokens"].get<double>());
+  };
+  const auto mapped = messages(12, "off", "off");
+  EXPECT_EQ(mapped, messages(2, "off", "off"));
+  EXPECT_GT(messages(12, "off", "1K"), mapped);  // ~25 experts of 32: about 7 groups of 4
 }
 
 TEST(Mpi, PerplexityAndChatIdentical) {
