@@ -19,6 +19,7 @@
 
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/quant_ref_search.h"
 
 #if !defined(K3_FAST_W) || (K3_FAST_W != 8 && K3_FAST_W != 16)
 #error "define K3_FAST_W (8 or 16) and K3_FAST_NS before including fast_kquants_impl.h"
@@ -393,65 +394,8 @@ void qx_codes(const float* xs, int n, int nmax, const Search& r, int64_t s, uint
   for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(clampi(nearest_int(r.acc_is[s] * xs[i]), -nmax, nmax - 1) + nmax);
 }
 
-// make_qp_quants (§6.1), scalar: n <= 16 non-negative values per super-block.
-float qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
-  float max = 0;
-  for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];
-  if (max < kGroupMaxEps) {
-    std::memset(L, 0, n);
-    return 0.f;
-  }
-  float iscale = nmax / max;
-  const float scale = 1 / iscale;
-  float best = 0;
-  for (int i = 0; i < n; ++i) {
-    L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
-    const float diff = x[i] - scale * L[i];
-    best += qw[i] * diff * diff;
-  }
-  for (int is = -4; is <= 4; ++is) {
-    if (is == 0) continue;
-    const float iscale_is = (0.1f * is + nmax) / max;
-    const float scale_is = 1 / iscale_is;
-    float mse = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
-      const float diff = x[i] - scale_is * l;
-      mse += qw[i] * diff * diff;
-    }
-    if (mse < best) {
-      best = mse;
-      iscale = iscale_is;
-    }
-  }
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = std::min(nmax, nearest_int(iscale * x[i]));
-    L[i] = static_cast<uint8_t>(l);
-    sumlx += qw[i] * x[i] * l;
-    suml2 += qw[i] * l * l;
-  }
-  for (int pass = 0; pass < 5; ++pass) {
-    int changed = 0;
-    for (int i = 0; i < n; ++i) {
-      float slx = sumlx - qw[i] * x[i] * L[i];
-      float sl2 = suml2 - qw[i] * L[i] * L[i];
-      if (!(slx > 0 && sl2 > 0)) continue;
-      const int nl = std::min(nmax, nearest_int(x[i] * sl2 / slx));
-      if (nl == L[i]) continue;
-      slx += qw[i] * x[i] * nl;
-      sl2 += qw[i] * nl * nl;
-      if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-        L[i] = static_cast<uint8_t>(nl);
-        sumlx = slx;
-        suml2 = sl2;
-        ++changed;
-      }
-    }
-    if (!changed) break;
-  }
-  return suml2 > 0 ? sumlx / suml2 : 0.f;
-}
+// make_qp_quants (§6.1): n <= 16 non-negative values per super-block, the scalar reference's.
+using ref::detail::make_qp_quants;
 
 // Importance weights of a row, w_l = qw_l*sqrt(sigma2 + x_l^2), sigma2 = factor*(sum x^2)/256
 // per super-block (Q2_K factor 1, Q3_K..Q5_K factor 2).
@@ -540,8 +484,8 @@ void row_q2_K(const float* x, block_q2_K* y, int64_t n, const float* qw, RowBuf&
       }
     } else {
       uint8_t Ls[16], Lm[16];
-      b.d = fp32_to_fp16(qp_quants(16, 15, s, Ls, r.sw + 16 * i));
-      b.dmin = fp32_to_fp16(qp_quants(16, 15, m, Lm, r.sw + 16 * i));
+      b.d = fp32_to_fp16(make_qp_quants(16, 15, s, Ls, r.sw + 16 * i));
+      b.dmin = fp32_to_fp16(make_qp_quants(16, 15, m, Lm, r.sw + 16 * i));
       for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<uint8_t>(Ls[j] | Lm[j] << 4);
     }
     const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
@@ -601,8 +545,8 @@ void row_q45_K(const float* x, uint8_t* dst, int64_t n, const float* qw, RowBuf&
       d16 = fp32_to_fp16(max_scale / 63);
       dmin16 = fp32_to_fp16(max_min / 63);
     } else {
-      d16 = fp32_to_fp16(qp_quants(8, 63, s, ls, r.sw + 8 * i));
-      dmin16 = fp32_to_fp16(qp_quants(8, 63, m, lm, r.sw + 8 * i));
+      d16 = fp32_to_fp16(make_qp_quants(8, 63, s, ls, r.sw + 8 * i));
+      dmin16 = fp32_to_fp16(make_qp_quants(8, 63, m, lm, r.sw + 8 * i));
     }
     for (int j = 0; j < 4; ++j) {
       scales[j] = ls[j];

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "tensor/quant_ref_search.h"
 #include "tensor/types.h"
 
 namespace k3::ref::detail {
@@ -49,17 +50,7 @@ inline AbsMax abs_max(const float* x, int n) {
 
 inline int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-// Search routines of §6.1. make_qkx2_quants also serves as ggml's make_qkx3_quants: with
-// weights passed (all callers do) the two differ only in an equivalent `max == min` test.
-// Returns the scale; *min_out = -min >= 0 is subtracted on decode; L in [0, nmax].
-float make_qkx2_quants(int n, int nmax, const float* x, const float* w, uint8_t* L, float* min_out, float rmin,
-                       float rdelta, int nstep, bool use_mad);
-// do_rmse = true variant (the only one used): L in [0, 2*nmax), stored + nmax.
-float make_q3_quants(int n, int nmax, const float* x, int8_t* L);
-// rmse_type = 1 (the only one used): weights qw, or x*x when null; L stored + nmax.
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L, const float* qw);
-// Non-negative values (sub-block scales or mins) to L in [0, nmax] under weights qw.
-float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* qw);
+// The search routines of §6.1: quant_ref_search.h.
 
 // The search structure of a lattice type's grid (docs/formats.md, "Lattice quantizer search"). The
 // quantizers round each group of 8 values to levels 0-2 and name the pattern by u = sum of
