@@ -34,9 +34,9 @@ struct GemmKernel {
   // where every output is one chain of dependent FMAs (llama.cpp's order) that keeps several chains
   // in flight, each part one stream. Decode hands it a whole chunk of rows a call.
   bool rows_in_parts = false;
-  // run for the products of a few tokens (matvec, rows of up to half the prefetch distance), with
-  // tiles that prefetch their weight streams a step at a time as decode rows do. Null (or longer
-  // rows): run, with the lines of each call requested before it.
+  // run for the products of a few tokens (matvec hands it a whole chunk of rows a call): tiles over
+  // rows far apart (few_parts), each row one stream that the tile prefetches a step at a time as
+  // decode rows do. Null: run, with the lines of each call requested before it.
   // (Prefill's run calls pass over each row tile once per token tile: their prefetches would be
   // paid several times.)
   decltype(run) few = nullptr;

@@ -95,7 +95,7 @@ struct FloatGemm {
 };
 
 // BF16: vec_dot_bf16_512 (dpbf16ps, two accumulators over 64 elements, then 32-steps). kPrefetch
-// (GemmKernel::few): 128 bytes of each row a step.
+// (GemmKernel::few, each row a stream): 128 bytes of each row a step.
 template <bool kPrefetch>
 struct Bf16Gemm {
   static constexpr int kRows = 2, kCols = 4;
@@ -105,11 +105,10 @@ struct Bf16Gemm {
     __m512 acc[R][C][2];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_ps();
-    const TileStream<R> stream(ws);
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
       if constexpr (kPrefetch)
-        for (int r = 0; r < R; ++r) prefetch_span<128>(stream.at(w + r * ws, 2 * i));
+        for (int r = 0; r < R; ++r) prefetch_span<128>(w + r * ws + 2 * i);
       for (int j = 0; j < 2; ++j) {
         __m512bh wv[R];
         for (int r = 0; r < R; ++r) wv[r] = in_reg(ld(w + r * ws, i + 32 * j));
@@ -505,7 +504,7 @@ struct Q4KlPairGemm {
 
 constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
 constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
-constexpr GemmKernel kBf16 = {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, run_tiles<Bf16Gemm<true>>};
+constexpr GemmKernel kBf16 = {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>};
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();

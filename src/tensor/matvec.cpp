@@ -31,7 +31,7 @@ struct Kernel {
   const void* act;
   size_t astride;  // bytes between the tokens' activations
   bool prefetches;
-  bool whole;  // rows takes all the rows of a chunk in one call (GemmKernel::rows_in_parts)
+  bool whole;  // rows or run takes all the rows of a chunk in one call (GemmKernel::rows_in_parts, few)
 };
 
 // Weight bytes of one product a decode kernel call covers before the next product's turn.
@@ -59,9 +59,10 @@ void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
 // Rows [r0, r1) of the products m[0..n), a few rows of each in turn (about kStepBytes of the widest),
 // so that the n streams advance together and each stays prefetched, while one decode kernel call
 // serves several short rows; a decode kernel that runs its rows in parts (GemmKernel::rows_in_parts)
-// gets all of them in one call. Kernels that do not prefetch themselves (the tiles of several tokens)
-// get the lines up to prefetch_distance() past each row's end requested before its dots: rows are
-// about a page long and the hardware prefetchers do not follow a stream across pages.
+// and the tiles of a few tokens (GemmKernel::few) get all of them in one call. Kernels that do not
+// prefetch themselves (the other tiles of several tokens) get the lines up to prefetch_distance()
+// past each row's end requested before its dots: rows are about a page long and the hardware
+// prefetchers do not follow a stream across pages.
 void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   constexpr size_t kMaxStreams = 8;
   K3_ASSERT(n <= kMaxStreams);
@@ -125,12 +126,8 @@ void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
     k[i] = {nullptr, nullptr, kw.vec_dot, m.xq, m.xstride, kw.dot_prefetches, false};
     if (!g || (one && !g->rows)) continue;
     if (one) k[i].rows = g->rows, k[i].prefetches = true, k[i].whole = g->rows_in_parts;
-    else {
-      // The tiles' own prefetches where a tile's rows lie within the prefetch distance: at K3's width
-      // (BF16 rows of 14 KB) the burst before each call streamed faster (docs/notes/i38d.md).
-      const bool own = g->few && kTileStepRows * m.w.nb1 <= prefetch_distance();
-      k[i].run = own ? g->few : g->run, k[i].prefetches = own;
-    }
+    else if (g->few) k[i].run = g->few, k[i].prefetches = true, k[i].whole = true;
+    else k[i].run = g->run;
     const size_t ps = g->packed_size(m.w.ne0);
     if (ps == 0) continue;  // the tiles read the activations as they are
     for (size_t p = 0; p < i && k[i].act == m.xq; ++p)
