@@ -5,6 +5,8 @@
 // kernels_avx512.cpp, its registration function renamed per copy.
 #include <immintrin.h>
 
+#include <array>
+#include <bit>
 #include <cstring>
 #include <utility>
 
