@@ -31,6 +31,9 @@
 #define K3_PATH(dir, file) K3_STR(dir/tensor/file)
 
 namespace k3 {
+#ifdef K3_AVX512
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }  // gemm_avx512.cpp's, for gemm_lanes.inc
+#endif
 namespace va {
 #include K3_PATH(K3_AB_A, simd256_common.inc)
 #include K3_PATH(K3_AB_A, gemm_tiles.inc)
@@ -147,7 +150,7 @@ bool run(GgmlType file, GgmlType stored, const char* type, PackFn pack_a, PackFn
 
 // Q4_K_LANES decode rows as matvec calls them (GemmKernel::rows over a chunk of rows, here 16
 // rows of 2048 (m64's trunk) and 4 of 7168, in L1/L2): KA, KB, KC the kernels of va, vb and vc
-// (gemm_q4k_lanes.inc) against the activation each tree packs.
+// (gemm_q4k_lanes.inc) against the activation each tree packs; the ticks printed are a call's.
 template <const GemmKernel& KA, const GemmKernel& KB, const GemmKernel& KC>
 bool run_q4kl() {
   bool ok = true;
