@@ -2,7 +2,8 @@
 // gemm_elem.inc) and the repacked layouts' (gemm_lanes.inc, gemm_elem.inc: what the model runs after
 // repacking), compiled into one binary and timed call by call (one row: the 1 x 1 tile),
 // alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
-// 7168 inputs; and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
+// 7168 inputs; the Q4_K_LANES decode rows (gemm_q4k_lanes.inc, whole calls of 16 rows of 2048 or 4
+// of 7168); and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Measuring"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
@@ -30,12 +31,16 @@
 #define K3_PATH(dir, file) K3_STR(dir/tensor/file)
 
 namespace k3 {
+#ifdef K3_AVX512
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }  // gemm_avx512.cpp's, for gemm_lanes.inc
+#endif
 namespace va {
 #include K3_PATH(K3_AB_A, simd256_common.inc)
 #include K3_PATH(K3_AB_A, gemm_tiles.inc)
 #include K3_PATH(K3_AB_A, simd256_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_lanes.inc)
+#include K3_PATH(K3_AB_A, gemm_q4k_lanes.inc)
 #include K3_PATH(K3_AB_A, simd256_elem.inc)
 #include K3_PATH(K3_AB_A, gemm_elem.inc)
 }  // namespace va
@@ -45,6 +50,7 @@ namespace vb {
 #include K3_PATH(K3_AB_B, simd256_block32.inc)
 #include K3_PATH(K3_AB_B, gemm_block32.inc)
 #include K3_PATH(K3_AB_B, gemm_lanes.inc)
+#include K3_PATH(K3_AB_B, gemm_q4k_lanes.inc)
 #include K3_PATH(K3_AB_B, simd256_elem.inc)
 #include K3_PATH(K3_AB_B, gemm_elem.inc)
 }  // namespace vb
@@ -54,6 +60,7 @@ namespace vc {  // A again: the control, what code placement alone moves
 #include K3_PATH(K3_AB_A, simd256_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_block32.inc)
 #include K3_PATH(K3_AB_A, gemm_lanes.inc)
+#include K3_PATH(K3_AB_A, gemm_q4k_lanes.inc)
 #include K3_PATH(K3_AB_A, simd256_elem.inc)
 #include K3_PATH(K3_AB_A, gemm_elem.inc)
 }  // namespace vc
@@ -141,6 +148,44 @@ bool run(GgmlType file, GgmlType stored, const char* type, PackFn pack_a, PackFn
   return ok;
 }
 
+// Q4_K_LANES decode rows as matvec calls them (GemmKernel::rows over a chunk of rows, here 16
+// rows of 2048 (m64's trunk) and 4 of 7168, in L1/L2): KA, KB, KC the kernels of va, vb and vc
+// (gemm_q4k_lanes.inc) against the activation each tree packs; the ticks printed are a call's.
+template <const GemmKernel& KA, const GemmKernel& KB, const GemmKernel& KC>
+bool run_q4kl() {
+  bool ok = true;
+  std::mt19937 rng(1);
+  for (int64_t n : {2048, 7168}) {
+    const int64_t nr = n == 2048 ? 16 : 4, ws = static_cast<int64_t>(row_size(GgmlType::Q4_K, n));
+    std::vector<uint8_t> w;
+    RowPair r;
+    for (int64_t i = 0; i < nr; ++i) {
+      r = random_pair(rng, GgmlType::Q4_K, GgmlType::Q8_K, n);
+      w.insert(w.end(), r.w.begin(), r.w.end());
+    }
+    repack_rows(GgmlType::Q4_K, w.data(), nr, n, ws);
+    alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
+    KA.pack(r.a.data(), pa, n);
+    KB.pack(r.a.data(), pb, n);
+    auto rows = [nr, ws](const GemmKernel& k, float* ys) {
+      return [&k, nr, ws, ys](int64_t n, const uint8_t* w, const uint8_t* p, float* y) {
+        k.rows(n, w, ws, nr, p, ys);
+        *y = ys[nr - 1];
+      };
+    };
+    static float ya[16], yb[16];
+    rows(KA, ya)(n, w.data(), pa, ya);
+    rows(KB, yb)(n, w.data(), pb, yb);
+    if (std::memcmp(ya, yb, nr * sizeof(float)) != 0) {
+      std::printf("q4_Kl n=%ld: the trees give different bits\n", static_cast<long>(n));
+      return false;
+    }
+    ok = compare("q4_Kl", "A/B", n, w.data(), pa, pb, rows(KA, ya), rows(KB, yb)) && ok;
+    ok = compare("q4_Kl", "A/A'", n, w.data(), pa, pa, rows(KA, ya), rows(KC, yb)) && ok;
+  }
+  return ok;
+}
+
 // One K-quant type's vec_dot in va, vb and vc (bench/row_ab_kq.cpp) against a Q8_K activation.
 using DotFn = void (*)(int64_t, float*, const void*, const void*);
 bool run_kq(GgmlType t, const char* type, DotFn da, DotFn db, DotFn dc) {
@@ -168,6 +213,12 @@ K3_AB_DOTS(vb)
 K3_AB_DOTS(vc)
 }  // namespace k3
 
+namespace {
+constexpr k3::GemmKernel kQ4KlA = k3::va::q4kl_kernel<k3::va::Q4KlW, k3::va::Q4KlDot>();
+constexpr k3::GemmKernel kQ4KlB = k3::vb::q4kl_kernel<k3::vb::Q4KlW, k3::vb::Q4KlDot>();
+constexpr k3::GemmKernel kQ4KlC = k3::vc::q4kl_kernel<k3::vc::Q4KlW, k3::vc::Q4KlDot>();
+}  // namespace
+
 int main() {
   using T = GgmlType;
   bool ok = run<va::Block32Tile<va::Mxfp4B>, vb::Block32Tile<vb::Mxfp4B>, vc::Block32Tile<vc::Mxfp4B>>(
@@ -178,6 +229,7 @@ int main() {
            T::MXFP4, T::MXFP4_LANES, "mxfp4x8", va::lanes_pack, vb::lanes_pack) && ok;
   ok = run<va::ElemTile<va::Q80X8E>, vb::ElemTile<vb::Q80X8E>, vc::ElemTile<vc::Q80X8E>>(
            T::Q8_0, T::Q8_0_X8, "q8_0x8", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
+  ok = run_q4kl<kQ4KlA, kQ4KlB, kQ4KlC>() && ok;
   ok = run_kq(T::Q4_K, "q4_K", va::q4_K, vb::q4_K, vc::q4_K) && ok;
   ok = run_kq(T::Q2_K, "q2_K", va::q2_K, vb::q2_K, vc::q2_K) && ok;
   ok = run_kq(T::Q6_K, "q6_K", va::q6_K, vb::q6_K, vc::q6_K) && ok;

@@ -5,10 +5,14 @@
 // kernels_avx512.cpp, its registration function renamed per copy.
 #include <immintrin.h>
 
+#include <array>
+#include <bit>
 #include <cstring>
 #include <utility>
 
 #include "tensor/blocks.h"
+#include "tensor/iq3_grids.h"
+#include "tensor/iq_grids.h"
 #include "tensor/kernels_impl.h"
 
 #define K3_AB_CAT2(a, b) a##b
@@ -29,6 +33,6 @@ namespace {
 
 namespace k3::K3_AB_NS {
 void q4_K(int64_t n, float* s, const void* x, const void* y) { K3_AB_Q4K(n, s, x, y); }
-void q2_K(int64_t n, float* s, const void* x, const void* y) { vec_dot_q2_K(n, s, x, y); }
+void q2_K(int64_t n, float* s, const void* x, const void* y) { vec_dot_q2_K<KqSum>(n, s, x, y); }
 void q6_K(int64_t n, float* s, const void* x, const void* y) { vec_dot_q6_K(n, s, x, y); }
 }  // namespace k3::K3_AB_NS
