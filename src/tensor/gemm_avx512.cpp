@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "tensor/blocks.h"
@@ -511,6 +512,7 @@ constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
+constexpr GemmKernel kMxfp4LanesRows256 = lanes_kernel<Mxfp4LanesW, false>();
 constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512, Q4KlPairGemm<2, 8>>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
@@ -547,7 +549,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_0: return &kQ40;
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
-    case GgmlType::MXFP4_LANES: return &kMxfp4Lanes;
+    case GgmlType::MXFP4_LANES: return full_width_512() ? &kMxfp4Lanes : &kMxfp4LanesRows256;
     case GgmlType::Q8_0_X8: return &kQ80X8;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
