@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include "tensor/blocks.h"
@@ -28,11 +27,8 @@ namespace {
 #define K3_AVX512 1
 #include "tensor/simd256_common.inc"
 
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 inline __m512i pair256(const void* lo, const void* hi) { return join256(load256(lo), load256(hi)); }
-// The two 256-bit halves of a 512-bit accumulator (chunks 2k and 2k + 1) added: the reference's lanes.
-inline __m256i fold_lanes(__m512i acc) { return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)); }
 inline float hsum512(__m512 v) {
   return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
