@@ -1,8 +1,8 @@
 // Decode-row A/B: the decode rows of two source trees, the 32-element block ones (gemm_block32.inc,
 // gemm_elem.inc) and the repacked layouts' (gemm_lanes.inc, gemm_elem.inc: what the model runs after
 // repacking), compiled into one binary and timed call by call (one row: the 1 x 1 tile; MXFP4
-// lanes: the decode entry over 8 rows, as matvec calls it), alternating in batches of 20 calls, for MXFP4 and Q8_0 at 1024 and
-// 7168 inputs; and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
+// lanes: the decode entry over 8 rows, as matvec calls it), alternating in batches of 20 calls,
+// for MXFP4 and Q8_0 at 1024 and 7168 inputs; and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Measuring"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
