@@ -1,9 +1,10 @@
 // Decode-row A/B: the decode rows of two source trees, the 32-element block ones (gemm_block32.inc,
 // gemm_elem.inc) and the repacked layouts' (gemm_lanes.inc, gemm_elem.inc: what the model runs after
-// repacking), compiled into one binary and timed call by call (one row: the 1 x 1 tile),
-// alternating in batches of 20 rows, for MXFP4 and Q8_0 at 1024 and
-// 7168 inputs; the Q4_K_LANES decode rows (gemm_q4k_lanes.inc, whole calls of 16 rows of 2048 or 4
-// of 7168); and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
+// repacking), compiled into one binary and timed call by call (one row: the 1 x 1 tile; MXFP4
+// lanes: the decode entry over 8 rows, as matvec calls it), alternating in batches of 20 calls,
+// for MXFP4 and Q8_0 at 1024 and 7168 inputs; the Q4_K_LANES decode rows (gemm_q4k_lanes.inc,
+// whole calls of 16 rows of 2048 or 4 of 7168); and the K-quant vec_dots (Q4_K, Q2_K, Q6_K at
+// 2048 and 7168, bench/row_ab_kq.cpp). On a shared host the absolute rate of a kernel moves by 15-30 % from one
 // minute to the next while the ratio of two kernels timed this way repeats within about 2 % from
 // run to run, so a kernel change is judged by the ratio (docs/performance.md, "Measuring"). A second
 // copy of A (A') is the control: identical code placed elsewhere in the binary reads up to 7 %
@@ -128,6 +129,33 @@ RowPair random_pair(std::mt19937& rng, GgmlType t, GgmlType at, int64_t n) {
   return p;
 }
 
+// The MXFP4 lane layout's decode entry (GemmKernel::rows as each tree builds it) over 8 copies of a
+// row a call, so that a form that splits its rows in parts runs as in the model.
+bool run_lanes(const GemmKernel& ka, const GemmKernel& kb, const GemmKernel& kc) {
+  bool ok = true;
+  std::mt19937 rng(1);
+  auto entry = [](const GemmKernel& k, size_t rs) {
+    return [&k, rs](int64_t n, const uint8_t* w, const uint8_t* p, float* y) {
+      float out[8];
+      k.rows(n, w, rs, 8, p, out);
+      *y = out[7];
+    };
+  };
+  for (int64_t n : {1024, 7168}) {
+    RowPair r = random_pair(rng, GgmlType::MXFP4, GgmlType::Q8_0, n);
+    const size_t rs = row_size(GgmlType::MXFP4_LANES, n);
+    repack_rows(GgmlType::MXFP4, r.w.data(), 1, n, rs);
+    std::vector<uint8_t> w8;
+    for (int i = 0; i < 8; ++i) w8.insert(w8.end(), r.w.begin(), r.w.begin() + rs);
+    alignas(64) static uint8_t pa[1 << 16], pb[1 << 16];
+    ka.pack(r.a.data(), pa, n);
+    kb.pack(r.a.data(), pb, n);
+    ok = compare("mxfp4x8", "A/B", n, w8.data(), pa, pb, entry(ka, rs), entry(kb, rs)) && ok;
+    ok = compare("mxfp4x8", "A/A'", n, w8.data(), pa, pa, entry(ka, rs), entry(kc, rs)) && ok;
+  }
+  return ok;
+}
+
 // One weight type's rows in va, vb and vc (TA, TB, TC: its tile in each tree) against the
 // activation packed by each tree (pack_a, pack_b): the file type's row, repacked where the tiles
 // read a lane layout (tensor/repack.h).
@@ -225,8 +253,9 @@ int main() {
       T::MXFP4, T::MXFP4, "mxfp4", va::b32_pack, vb::b32_pack);
   ok = run<va::ElemTile<va::Q80E>, vb::ElemTile<vb::Q80E>, vc::ElemTile<vc::Q80E>>(
            T::Q8_0, T::Q8_0, "q8_0", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
-  ok = run<va::LanesTile<va::Mxfp4LanesW>, vb::LanesTile<vb::Mxfp4LanesW>, vc::LanesTile<vc::Mxfp4LanesW>>(
-           T::MXFP4, T::MXFP4_LANES, "mxfp4x8", va::lanes_pack, vb::lanes_pack) && ok;
+  static constexpr GemmKernel la = va::lanes_kernel<va::Mxfp4LanesW>(), lb = vb::lanes_kernel<vb::Mxfp4LanesW>(),
+                             lc = vc::lanes_kernel<vc::Mxfp4LanesW>();
+  ok = run_lanes(la, lb, lc) && ok;
   ok = run<va::ElemTile<va::Q80X8E>, vb::ElemTile<vb::Q80X8E>, vc::ElemTile<vc::Q80X8E>>(
            T::Q8_0, T::Q8_0_X8, "q8_0x8", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
   ok = run_q4kl<kQ4KlA, kQ4KlB, kQ4KlC>() && ok;

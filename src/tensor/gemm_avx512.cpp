@@ -27,11 +27,8 @@ namespace {
 #define K3_AVX512 1
 #include "tensor/simd256_common.inc"
 
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 inline __m512i pair256(const void* lo, const void* hi) { return join256(load256(lo), load256(hi)); }
-// The two 256-bit halves of a 512-bit accumulator (chunks 2k and 2k + 1) added: the reference's lanes.
-inline __m256i fold_lanes(__m512i acc) { return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)); }
 inline float hsum512(__m512 v) {
   return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
@@ -510,6 +507,7 @@ constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
+constexpr GemmKernel kMxfp4LanesRows256 = lanes_kernel<Mxfp4LanesW, false>();
 constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512, Q4KlPairGemm<2, 8>>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
@@ -546,7 +544,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_0: return &kQ40;
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
-    case GgmlType::MXFP4_LANES: return &kMxfp4Lanes;
+    case GgmlType::MXFP4_LANES: return full_width_512() ? &kMxfp4Lanes : &kMxfp4LanesRows256;
     case GgmlType::Q8_0_X8: return &kQ80X8;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;

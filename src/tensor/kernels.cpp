@@ -51,6 +51,15 @@ unsigned detect_isas() {
   return levels;
 }
 
+bool detect_full_width_512() {
+  uint32_t a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return true;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return true;
+  const uint32_t family = ((a >> 8) & 0xF) == 0xF ? 0xF + ((a >> 20) & 0xFF) : (a >> 8) & 0xF;
+  return !(amd && family == 0x19);
+}
+
 // The CPU's levels, found once; the prefetch level is chosen with them, before any kernel is handed out.
 unsigned supported_levels() {
   static const unsigned levels = [] {
@@ -89,6 +98,7 @@ const Tables& tables() {
 }
 
 std::atomic<int> g_active{-1};
+std::atomic<int> g_full_width{-1};  // -1: not yet detected
 
 }  // namespace
 
@@ -160,6 +170,14 @@ Isa active_isa() {
 }
 
 void set_isa(Isa isa) { g_active.store(static_cast<int>(usable_isa(isa)), std::memory_order_relaxed); }
+
+bool full_width_512() {
+  int w = g_full_width.load(std::memory_order_relaxed);
+  if (w < 0) g_full_width.store(w = detect_full_width_512(), std::memory_order_relaxed);
+  return w;
+}
+
+void set_full_width_512(bool on) { g_full_width.store(on, std::memory_order_relaxed); }
 
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 

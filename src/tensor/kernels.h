@@ -24,6 +24,12 @@ Isa usable_isa(Isa isa);
 // (scalar|avx2|avxvnni|avx512) or by set_isa(); never above what the CPU supports.
 Isa active_isa();
 void set_isa(Isa isa);
+// Whether the CPU runs 512-bit operations at full width: not AMD Zen 4 (family 0x19), which splits
+// each in two 256-bit halves. Where a 512-bit form pays only at full width, the AVX-512 table keeps
+// the 256-bit one on such a CPU (gemm_avx512.cpp). set_full_width_512: tests and benchmarks (both
+// forms on one CPU), between parallel regions.
+bool full_width_512();
+void set_full_width_512(bool on);
 
 struct QuantKernels {
   GgmlType vec_dot_type;  // activation partner format (quant-formats.md §10)

@@ -22,7 +22,6 @@ namespace {
 #include "tensor/simd256_convert.inc"
 #undef K3_AVX512
 
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i pair256(const void* lo, const void* hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
 }

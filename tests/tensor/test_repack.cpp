@@ -171,44 +171,50 @@ TEST(Repack, SameValuesSameReferenceBits) {
 }
 
 // Tiles (partial tiles: 5 rows, 1-6 tokens) and decode rows against the scalar reference, on rows
-// that are not aligned; every exponent meets every lane (exponent = base + block index).
+// that are not aligned; every exponent meets every lane (exponent = base + block index). At AVX-512
+// both forms of the table (full_width_512: the 512-bit decode rows, or the 256-bit ones).
 TEST(Repack, TilesAndRowsGiveReferenceBits) {
   std::mt19937 rng(9);
+  const bool cpu_full_width = full_width_512();
   for (auto [file, lanes] : kPairs)
-    for (Isa isa : simd_isas()) {
-      const GemmKernel* g = gemm_kernel(lanes, isa);
-      ASSERT_NE(g, nullptr) << isa_name(isa);
-      ASSERT_NE(g->rows, nullptr) << isa_name(isa);
-      for (int base = 0; base < 256; base += 7) {
-        const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 19;  // tiles of 8 tokens: whole, partial, odd
-        const size_t rs = row_size(file, n), ws = rs + 3, arow = row_size(kernels(file).vec_dot_type, n),
-                     ps = g->packed_size(n);
-        const Bytes l = repacked(file, random_rows(file, rng, rows, n, base), rows, n);
-        Bytes w(rows * ws);
-        for (int64_t r = 0; r < rows; ++r) std::memcpy(&w[r * ws], &l[r * rs], rs);
-        Bytes a, packed(ps * toks);
-        // MXFP4's exponent e scales by 2^(e - 128): an activation of 2^(100 - e) keeps the products normal.
-        const float scale = file == T::MXFP4 ? std::ldexp(1.0f, std::clamp(100 - base, -24, 15)) : 1.0f;
-        for (int64_t k = 0; k < toks; ++k) {
-          const Bytes ak = activation(file, rng, n, scale);
-          a.insert(a.end(), ak.begin(), ak.end());
-          g->pack(a.data() + k * arow, packed.data() + k * ps, n);
-        }
-        std::vector<float> y(rows * toks);
-        g->run(n, w.data(), ws, rows, packed.data(), ps, toks, y.data(), rows);
-        std::vector<float> dec(rows * toks, NAN);  // the decode entry, all rows of a token in one call
-        for (int64_t k = 0; k < toks; ++k) g->rows(n, w.data(), ws, rows, packed.data() + k * ps, &dec[k * rows]);
-        for (int64_t r = 0; r < rows; ++r)
+    for (Isa isa : simd_isas())
+      for (bool full_width : {true, false}) {
+        if (!full_width && isa != Isa::Avx512) continue;
+        set_full_width_512(full_width);
+        const GemmKernel* g = gemm_kernel(lanes, isa);
+        ASSERT_NE(g, nullptr) << isa_name(isa);
+        ASSERT_NE(g->rows, nullptr) << isa_name(isa);
+        for (int base = 0; base < 256; base += 7) {
+          const int64_t n = base % 2 ? 512 : 1792, rows = 5, toks = 1 + base % 19;  // tiles of 8 tokens: whole, partial, odd
+          const size_t rs = row_size(file, n), ws = rs + 3, arow = row_size(kernels(file).vec_dot_type, n),
+                       ps = g->packed_size(n);
+          const Bytes l = repacked(file, random_rows(file, rng, rows, n, base), rows, n);
+          Bytes w(rows * ws);
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(&w[r * ws], &l[r * rs], rs);
+          Bytes a, packed(ps * toks);
+          // MXFP4's exponent e scales by 2^(e - 128): an activation of 2^(100 - e) keeps the products normal.
+          const float scale = file == T::MXFP4 ? std::ldexp(1.0f, std::clamp(100 - base, -24, 15)) : 1.0f;
           for (int64_t k = 0; k < toks; ++k) {
-            const float want = dot(lanes, Isa::Scalar, &w[r * ws], &a[k * arow], n), one = dec[k * rows + r];
-            ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float)))
-                << type_name(lanes) << " " << isa_name(isa) << " rows() base " << base << " r " << r << " t " << k << ": "
-                << one << " vs " << want;
-            ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float)))
-                << type_name(lanes) << " " << isa_name(isa) << " tile base " << base << " r " << r << " t " << k;
+            const Bytes ak = activation(file, rng, n, scale);
+            a.insert(a.end(), ak.begin(), ak.end());
+            g->pack(a.data() + k * arow, packed.data() + k * ps, n);
           }
+          std::vector<float> y(rows * toks);
+          g->run(n, w.data(), ws, rows, packed.data(), ps, toks, y.data(), rows);
+          std::vector<float> dec(rows * toks, NAN);  // the decode entry, all rows of a token in one call
+          for (int64_t k = 0; k < toks; ++k) g->rows(n, w.data(), ws, rows, packed.data() + k * ps, &dec[k * rows]);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t k = 0; k < toks; ++k) {
+              const float want = dot(lanes, Isa::Scalar, &w[r * ws], &a[k * arow], n), one = dec[k * rows + r];
+              ASSERT_EQ(0, std::memcmp(&want, &one, sizeof(float)))
+                  << type_name(lanes) << " " << isa_name(isa) << (full_width ? "" : " (256-bit rows)") << " rows() base " << base << " r " << r << " t " << k << ": "
+                  << one << " vs " << want;
+              ASSERT_EQ(0, std::memcmp(&want, &y[k * rows + r], sizeof(float)))
+                  << type_name(lanes) << " " << isa_name(isa) << " tile base " << base << " r " << r << " t " << k;
+            }
+        }
       }
-    }
+  set_full_width_512(cpu_full_width);
 }
 
 }  // namespace
