@@ -175,7 +175,10 @@ TEST(Repack, SameValuesSameReferenceBits) {
 // both forms of the table (full_width_512: the 512-bit decode rows, or the 256-bit ones).
 TEST(Repack, TilesAndRowsGiveReferenceBits) {
   std::mt19937 rng(9);
-  const bool cpu_full_width = full_width_512();
+  struct Restore {  // the CPU's own form again, also when an assertion ends the test
+    bool on = full_width_512();
+    ~Restore() { set_full_width_512(on); }
+  } restore;
   for (auto [file, lanes] : kPairs)
     for (Isa isa : simd_isas())
       for (bool full_width : {true, false}) {
@@ -214,7 +217,6 @@ TEST(Repack, TilesAndRowsGiveReferenceBits) {
             }
         }
       }
-  set_full_width_512(cpu_full_width);
 }
 
 }  // namespace
