@@ -72,8 +72,11 @@ struct block_q8_0x8 { uint16_t d[8]; int8_t qs[8 * 32]; };
 // Q4_K_LANES: a Q4_K super-block laid out for 256-bit kernels whose int32 lane l sums sub-block l
 // (32 elements). qs: 4 vectors of 32 bytes; byte 4l + j of vector v holds element 4v + j (low
 // nibble) and 16 + 4v + j (high nibble) of sub-block l, so the low nibbles of vector v and the high
-// ones are chunks v and v + 4 of every sub-block. The 6-bit scales and mins as the kernels widen
-// them: sc[l] = scale_l | (min_l >> 4) << 6, mlo[j] = (min_j & 15) | (min_{j+4} & 15) << 4.
+// ones are chunks v and v + 4 of every sub-block. The 6-bit scales and mins in the 12 bytes after
+// d and dmin so that every one is 6 contiguous bits of 2 header bytes, read by one byte shuffle, one
+// shift and one mask (gemm_q4k_lanes.inc): for j < 4, sc[j] = scale_j | (min_j & 3) << 6 and
+// sc[j + 4] = scale_{j+4} << 2 | min_{j+4} >> 4; mlo[j] = min_j >> 2 | (min_{j+4} & 15) << 4. So
+// min_j is bits 6-11 of the pair (sc[j], mlo[j]) and min_{j+4} bits 4-9 of (mlo[j], sc[j+4]).
 // The same 144 bytes as the Q4_K block.
 struct block_q4_Kl { uint16_t d; uint16_t dmin; uint8_t sc[8]; uint8_t mlo[4]; uint8_t qs[QK_K / 2]; };
 #pragma pack(pop)
@@ -87,8 +90,10 @@ inline constexpr void q4k_scale_min(const uint8_t* scales, int j, int& sc, int& 
     m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
   }
 }
-inline constexpr int q4kl_scale(const block_q4_Kl& x, int l) { return x.sc[l] & 63; }
-inline constexpr int q4kl_min(const block_q4_Kl& x, int l) { return ((x.mlo[l % 4] >> (4 * (l / 4))) & 15) | (x.sc[l] >> 6) << 4; }
+inline constexpr int q4kl_scale(const block_q4_Kl& x, int l) { return l < 4 ? x.sc[l] & 63 : x.sc[l] >> 2; }
+inline constexpr int q4kl_min(const block_q4_Kl& x, int l) {
+  return l < 4 ? (x.sc[l] >> 6 | x.mlo[l] << 2) & 63 : (x.mlo[l - 4] >> 4 | x.sc[l] << 4) & 63;
+}
 // Code of element i (0..31) of sub-block l.
 inline constexpr int q4kl_code(const block_q4_Kl& x, int l, int i) {
   const uint8_t b = x.qs[32 * (i / 4 % 4) + 4 * l + i % 4];

@@ -50,8 +50,8 @@ block_q4_Kl lanes(const block_q4_K& x) {
   for (int l = 0; l < 8; ++l) {
     int sc, m;
     q4k_scale_min(x.scales, l, sc, m);
-    y.sc[l] = static_cast<uint8_t>(sc | (m >> 4) << 6);
-    y.mlo[l % 4] = static_cast<uint8_t>(y.mlo[l % 4] | (m & 15) << (4 * (l / 4)));
+    y.sc[l] = static_cast<uint8_t>(l < 4 ? sc | (m & 3) << 6 : sc << 2 | m >> 4);
+    y.mlo[l % 4] = static_cast<uint8_t>(y.mlo[l % 4] | (l < 4 ? m >> 2 : (m & 15) << 4));
     // element i of sub-block l: nibble l % 2 of byte 32(l / 2) + i; 4 elements a word
     constexpr uint32_t kLo = 0x0F0F0F0Fu;
     const uint8_t* q = x.qs + 32 * (l / 2);
