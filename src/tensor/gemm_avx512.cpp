@@ -55,7 +55,9 @@ inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load
 
 // ---- float types: vec_dot_float512 (four accumulators over 64 elements, then 16-steps) ----------
 // kPrefetch: the bytes of a 64-element step of a weight row that the tile requests ahead of it
-// (GemmKernel::few, each row a stream, as Bf16Gemm); 0 for prefill's tiles.
+// (GemmKernel::few, each row a stream, as Bf16Gemm); 0: none (prefill's tiles, and F32's few-token
+// tiles, whose two far-apart streams the hardware prefetcher follows: bench_kernels few_tokens/f32
+// at 2-4 tokens read 0.57-0.84 of the probe's rate without, 0.44-0.72 with, docs/notes/i38f.md).
 
 template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), size_t kPrefetch = 0>
 struct FloatGemm {
@@ -503,12 +505,12 @@ struct Q4KlPairGemm {
   }
 };
 
-template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), size_t kElt>
+template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), size_t kFewPrefetch>
 constexpr GemmKernel float_kernel() {
-  return {no_pack_size, nullptr, run_tiles<FloatGemm<load16, at>>, nullptr, 0, false, few_parts<FloatGemm<load16, at, 64 * kElt>>};
+  return {no_pack_size, nullptr, run_tiles<FloatGemm<load16, at>>, nullptr, 0, false, few_parts<FloatGemm<load16, at, kFewPrefetch>>};
 }
-constexpr GemmKernel kF32 = float_kernel<load16_f32, f32_at, 4>();
-constexpr GemmKernel kF16 = float_kernel<load16_f16, f16_at, 2>();
+constexpr GemmKernel kF32 = float_kernel<load16_f32, f32_at, 0>();
+constexpr GemmKernel kF16 = float_kernel<load16_f16, f16_at, 128>();
 constexpr GemmKernel kBf16 = {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>};
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
