@@ -57,7 +57,8 @@ inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load
 // kPrefetch: the bytes of a 64-element step of a weight row that the tile requests ahead of it
 // (GemmKernel::few, each row a stream, as Bf16Gemm); 0: none (prefill's tiles, and F32's few-token
 // tiles, whose two far-apart streams the hardware prefetcher follows: bench_kernels few_tokens/f32
-// at 2-4 tokens read 0.57-0.84 of the probe's rate without, 0.44-0.72 with, docs/notes/i38f.md).
+// at 2-4 tokens read 0.57-0.85 of the probe's rate without, 0.44-0.72 with, main's tiles 0.52-0.81:
+// docs/notes/i38f.md).
 
 template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), size_t kPrefetch = 0>
 struct FloatGemm {
