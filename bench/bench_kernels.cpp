@@ -321,16 +321,18 @@ void time_against_probe(benchmark::State& st, ThreadPool& pool, double bytes, Wo
   st.counters["ratio_median"] = ratios[ratios.size() / 2];
 }
 
-// The big matrix streamed once by a product of n_tok tokens on `threads` threads.
-void stream_tokens(benchmark::State& st, T t, Isa isa, int threads, int64_t n_tok) {
+// The big matrix streamed once by a product of n_tok tokens on `threads` threads, read as rows of
+// `width` elements (kRow, or m64's 2048).
+void stream_tokens(benchmark::State& st, T t, Isa isa, int threads, int64_t n_tok, int64_t width = kRow) {
   const BigMatrix& m = big_matrix(t);
-  const WeightView w{t, m.buf->data(), kRow, m.ne1, row_size(t, kRow)};
-  const std::vector<float> x = random_floats(kRow * n_tok, 5);
-  std::vector<float> y(m.ne1 * n_tok);
+  const int64_t ne1 = static_cast<int64_t>(m.buf->size() / row_size(t, width)) / 16 * 16;  // whole lane groups
+  const WeightView w{t, m.buf->data(), width, ne1, row_size(t, width)};
+  const std::vector<float> x = random_floats(width * n_tok, 5);
+  std::vector<float> y(ne1 * n_tok);
   ThreadPool pool(threads);
   const Isa saved = active_isa();
   set_isa(isa);
-  time_against_probe(st, pool, static_cast<double>(w.nb1) * static_cast<double>(m.ne1), [&] {
+  time_against_probe(st, pool, static_cast<double>(w.nb1) * static_cast<double>(ne1), [&] {
     const auto t0 = std::chrono::steady_clock::now();
     matmul(w, x.data(), n_tok, y.data(), pool);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -342,8 +344,8 @@ void BM_matvec(benchmark::State& st, T t, Isa isa) { stream_tokens(st, t, isa, s
 
 // The rows of a verify pass (range(1) tokens, on range(0) threads): each weight row is read once for
 // all of them, so the weight rate should stay near matvec/'s.
-void BM_few_tokens(benchmark::State& st, T t, Isa isa) {
-  stream_tokens(st, t, isa, static_cast<int>(st.range(0)), st.range(1));
+void BM_few_tokens(benchmark::State& st, T t, Isa isa, int64_t width) {
+  stream_tokens(st, t, isa, static_cast<int>(st.range(0)), st.range(1), width);
 }
 
 // ---- a token's routed experts ----------------------------------------------------------------
@@ -535,11 +537,13 @@ void register_all() {
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
-  for (T t : {T::BF16, T::Q8_0_X8, T::Q4_K, T::MXFP4_LANES})
-    for (Isa isa : isas())
-      if (isa != Isa::Scalar)
-        benchmark::RegisterBenchmark(("few_tokens/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_few_tokens, t, isa)
-            ->ArgsProduct({{2}, {1, 2, 4, 8}})->UseManualTime()->Iterations(6)->Unit(benchmark::kMillisecond);
+  // K3's width, and m64's 2048 (few_tokens_2048/: a verify pass's trunk products of m64).
+  for (auto [name, width] : {std::pair{"few_tokens/", kRow}, {"few_tokens_2048/", int64_t{2048}}})
+    for (T t : {T::F32, T::F16, T::BF16, T::Q8_0_X8, T::Q4_K, T::MXFP4_LANES})
+      for (Isa isa : isas())
+        if (isa != Isa::Scalar)
+          benchmark::RegisterBenchmark((name + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_few_tokens, t, isa, width)
+              ->ArgsProduct({{2}, {1, 2, 3, 4, 8}})->UseManualTime()->Iterations(6)->Unit(benchmark::kMillisecond);
   for (auto [name, sh] : {std::pair{"m64", ExpertShape{1024, 1024, 64, 8}}, {"k3", ExpertShape{3584, 3072, 64, 16}}})
     for (T t : {T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::IQ2_XXS, T::IQ1_S})
       for (Isa isa : isas())

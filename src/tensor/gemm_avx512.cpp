@@ -54,8 +54,13 @@ inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load
 #include "tensor/gemm_tiles.inc"
 
 // ---- float types: vec_dot_float512 (four accumulators over 64 elements, then 16-steps) ----------
+// kPrefetch: the bytes of a 64-element step of a weight row that the tile requests ahead of it
+// (GemmKernel::few, each row a stream, as Bf16Gemm); 0: none (prefill's tiles, and F32's few-token
+// tiles, whose two far-apart streams the hardware prefetcher follows: bench_kernels few_tokens/f32
+// at 2-4 tokens read 0.57-0.85 of the probe's rate without, 0.44-0.72 with, main's tiles 0.52-0.81:
+// docs/notes/i38f.md).
 
-template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t)>
+template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), size_t kPrefetch = 0>
 struct FloatGemm {
   static constexpr int kRows = 2, kCols = 3;  // 24 accumulators
   template <int R, int C>
@@ -66,6 +71,8 @@ struct FloatGemm {
         for (int j = 0; j < 4; ++j) acc[r][c][j] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
+      if constexpr (kPrefetch > 0)
+        for (int r = 0; r < R; ++r) prefetch_span<kPrefetch>(w + r * ws + i * (kPrefetch / 64));
       for (int j = 0; j < 4; ++j) {
         __m512 wv[R];
         for (int r = 0; r < R; ++r) wv[r] = in_reg(load16(w + r * ws, i + 16 * j));
@@ -499,8 +506,12 @@ struct Q4KlPairGemm {
   }
 };
 
-constexpr GemmKernel kF32 = unpacked<FloatGemm<load16_f32, f32_at>>();
-constexpr GemmKernel kF16 = unpacked<FloatGemm<load16_f16, f16_at>>();
+template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), size_t kFewPrefetch>
+constexpr GemmKernel float_kernel() {
+  return {no_pack_size, nullptr, run_tiles<FloatGemm<load16, at>>, nullptr, 0, false, few_parts<FloatGemm<load16, at, kFewPrefetch>>};
+}
+constexpr GemmKernel kF32 = float_kernel<load16_f32, f32_at, 0>();
+constexpr GemmKernel kF16 = float_kernel<load16_f16, f16_at, 128>();
 constexpr GemmKernel kBf16 = {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>};
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();

@@ -80,7 +80,7 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
   // without packed activations and one without tiles (IQ4_XS), at K3-like widths and the tiny
   // models' one-block width, in groups of two whose tokens share their activations, strided
   // activations and outputs: every output is that (row, token)'s vec_dot.
-  const T types[] = {T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::Q4_K_LANES, T::IQ4_XS};
+  const T types[] = {T::F32, T::F16, T::BF16, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q4_K, T::Q4_K_LANES, T::IQ4_XS};
   const int64_t rows = 151;  // odd: the few-token tiles run a last row alone (few_parts)
   const Isa saved = active_isa();
   for (const int64_t n : {1024, 32})
