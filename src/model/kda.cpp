@@ -128,27 +128,11 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
   float* dst[3] = {q.data(), k.data(), v.data()};
   static const char* names[3] = {"kda_q_conv", "kda_k_conv", "kda_v_conv"};
-  // Segment sg's stream s, channels [c0, c0 + n) (a part of them only for one token: conv_silu takes
-  // rows n apart); each channel is computed alone, so any split gives the same bits.
-  auto conv_part = [&](const SegRows& sg, int s, int64_t c0, int64_t n) {
-    conv_silu(&proj[s * T * D] + sg.row0 * D + c0, conv[s]->f32() + c0 * K,
-              sg.state->layers[il].conv.data() + s * D * (K - 1) + c0 * (K - 1), sg.n, n, K, dst[s] + sg.row0 * D + c0);
-  };
-  if (T == n_seg) {  // a token a segment (decode): blocks of every segment's three streams over the threads
-    constexpr int64_t kBlock = 256;
-    const int64_t nb = (D + kBlock - 1) / kBlock;
-    par_for(ctx, n_seg * 3 * nb, kBlock * K * 4, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t c0 = i % nb * kBlock;
-        conv_part(segs[i / (3 * nb)], static_cast<int>(i / nb % 3), c0, std::min(kBlock, D - c0));
-      }
-    });
-    for (int s = 0; s < 3; ++s) trace(names[s], dst[s], D);
-  } else {
-    for (int s = 0; s < 3; ++s) {
-      for (const SegRows& sg : segs) conv_part(sg, s, 0, D);
-      trace(names[s], dst[s], D);
-    }
+  for (int s = 0; s < 3; ++s) {
+    for (const SegRows& sg : segs)
+      conv_silu(&proj[s * T * D] + sg.row0 * D, conv[s]->f32(), sg.state->layers[il].conv.data() + s * D * (K - 1),
+                sg.n, D, K, dst[s] + sg.row0 * D);
+    trace(names[s], dst[s], D);
   }
 
   // 3. decay gate g [T][D]

@@ -137,7 +137,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     // One token: 4-6b in one region, each thread a run of consecutive heads (its share of k_b and
     // v_b two contiguous streams), their products on that thread with the kernels linear() takes at
     // one token (the same bits). A run's scratch is the run's, whichever thread takes it.
-    const int64_t per = (nh + ctx.pool.size() - 1) / ctx.pool.size();
+    const int64_t per = std::max<int64_t>(1, (nh + ctx.pool.size() - 1) / ctx.pool.size());  // (a process may hold no head)
     const size_t runs = static_cast<size_t>((nh + per - 1) / per);
     std::vector<std::vector<uint8_t>>& xqs = tls.xq;  // (the workers' tls would be their own)
     std::vector<MatvecPacks>& run_packs = tls.packs;
