@@ -74,11 +74,13 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     max_ctx = std::max(max_ctx, sg.state->n_ctx());
   }
 
-  // 5-6a. causal softmax attention over the latent cache; latent read-out per head [nh][T][r_kv].
-  // A work item is up to kAttnTokens consecutive tokens of one head: their scores come from one
-  // tiled product with the cache rows (the same bits as one dot per pair; rows past a token's
-  // causal limit are computed and ignored), and the read-out reads each cache row once for all of
-  // them. Every output keeps its own order of operations, so the result does not depend on T.
+  // 4-6. per head: absorb k_b, Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)]; causal softmax
+  // attention over the latent cache and latent read-out [nh][T][r_kv]; value up-projection, the
+  // heads concatenated in o. An attention work item is up to kAttnTokens consecutive tokens of one
+  // head: their scores come from one tiled product with the cache rows (the same bits as one dot
+  // per pair; rows past a token's causal limit are computed and ignored), and the read-out reads
+  // each cache row once for all of them. Every output keeps its own order of operations, so the
+  // result does not depend on T.
   scratch_zeros(Q, nh * T * row);  // [nh][T][row]
   scratch_zeros(lat, nh * T * r_kv);
   const float kappa = 1.0f / sqrtf(static_cast<float>(d_qk));
@@ -124,7 +126,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       }
     }
   };
-  // Q_h = [k_b_h q_nope_h (r_kv) | q_pe_h (d_pe)] for token t, the first part in qt_h
+  // Q_h of token t from k_b_h q_nope_h (qt_h) and q_pe_h
   auto q_pe = [&](int64_t h, int64_t t, const float* qt_h) {
     float* Qt = &Q[(h * T + t) * row];
     std::copy_n(qt_h, r_kv, Qt);
@@ -134,10 +136,10 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   const WeightView kb0 = w.k_b.mat(0), vb0 = w.v_b.mat(0);
   if (T == 1 && !ctx.observer && input_format(ctx, kb0, w.k_b.whole_rows()) == kernels(kb0.type).vec_dot_type &&
       input_format(ctx, vb0, w.v_b.whole_rows()) == kernels(vb0.type).vec_dot_type) {
-    // One token: 4-6b in one region, each thread a run of consecutive heads (its share of k_b and
+    // One token: 4-6 in one region, each thread a run of consecutive heads (its share of k_b and
     // v_b two contiguous streams), their products on that thread with the kernels linear() takes at
     // one token (the same bits). A run's scratch is the run's, whichever thread takes it.
-    const int64_t per = std::max<int64_t>(1, (nh + ctx.pool.size() - 1) / ctx.pool.size());  // (a process may hold no head)
+    const int64_t per = std::max<int64_t>(1, (nh + ctx.pool.size() - 1) / ctx.pool.size());  // nh may be 0
     const size_t runs = static_cast<size_t>((nh + per - 1) / per);
     std::vector<std::vector<uint8_t>>& xqs = tls.xq;  // (the workers' tls would be their own)
     std::vector<MatvecPacks>& run_packs = tls.packs;
@@ -161,7 +163,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       }
     });
   } else {
-    // 4. absorb k_b per head: a [T] x [d_nope -> r_kv] product each, all heads in one region
+    // Several tokens: k_b per head, a [T] x [d_nope -> r_kv] product each, all heads in one region
     scratch_zeros(qn, nh * T * d_nope), scratch_zeros(qt, nh * T * r_kv);  // [nh][T][d_nope], [nh][T][r_kv]
     jobs.assign(nh, LinearJob{});
     for (int64_t h = 0; h < nh; ++h) {
@@ -172,12 +174,12 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     linear_batch(ctx, jobs.data(), jobs.size(), T);
     for (int64_t h = 0; h < nh; ++h)
       for (int64_t t = 0; t < T; ++t) q_pe(h, t, &qt[(h * T + t) * r_kv]);
-    // 5-6a. the attention, work items (head, block) over the threads
+    // the attention, work items (head, block) over the threads
     par_for(ctx, nh * n_blk, max_kv * row * 2 * kAttnTokens, [&](int64_t b, int64_t e) {
       std::vector<float>& p = scores();
       for (int64_t item = b; item < e; ++item) attend(item / n_blk, blocks[item % n_blk], p);
     });
-    // 6b. value up-projection per head, heads concatenated: o [T][nh*d_v]
+    // v_b per head
     scratch_zeros(oh, nh * T * d_v);  // [nh][T][d_v]
     jobs.assign(nh, LinearJob{});
     for (int64_t h = 0; h < nh; ++h) jobs[h] = {w.v_b.mat(h), &lat[h * T * r_kv], &oh[h * T * d_v], w.v_b.whole_rows()};
