@@ -112,10 +112,9 @@ void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   }
 }
 
-// The kernels of mv[0..n), with the activations packed on the calling thread once per distinct
-// (activations, packing) pair.
-void choose_kernels(const Matvec* mv, size_t n, Kernel* k) {
-  thread_local std::vector<std::vector<uint8_t>> packs;
+// The kernels of mv[0..n), with the activations packed into `packs` on the calling thread once per
+// distinct (activations, packing) pair.
+void choose_kernels(const Matvec* mv, size_t n, Kernel* k, MatvecPacks& packs) {
   size_t used = 0;
   const Isa isa = active_isa();
   for (size_t i = 0; i < n; ++i) {
@@ -194,7 +193,8 @@ void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64
     first[g + 1] = first[g] + (ne1 + rows_per - 1) / rows_per;
   }
   Kernel kern[kMaxGroups * 8];
-  choose_kernels(mv, n, kern);
+  thread_local MatvecPacks packs;
+  choose_kernels(mv, n, kern, packs);
   auto chunk = [&](int64_t c) {
     const size_t g = static_cast<size_t>(std::upper_bound(first, first + n_groups + 1, c) - first - 1);
     const int64_t r0 = (c - first[g]) * grain[g], r1 = std::min(mv[g * group].w.ne1, r0 + grain[g]);
@@ -217,6 +217,14 @@ void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, in
 
 void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool) {
   run_batch(mv, n, group, pool, 1, nullptr);
+}
+
+void matvec_here(const Matvec* mv, size_t n, MatvecPacks& packs) {
+  constexpr size_t kMax = 8;
+  K3_ASSERT(n <= kMax);
+  Kernel kern[kMax];
+  choose_kernels(mv, n, kern, packs);
+  for (size_t i = 0; i < n; ++i) rows(mv + i, kern + i, 1, 0, mv[i].w.ne1);
 }
 
 }  // namespace k3

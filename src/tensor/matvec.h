@@ -35,5 +35,11 @@ const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::
 void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align,
                   FnRef<void(size_t g, int64_t r0, int64_t r1)> then);
 void matvec_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool);
+// mv[0..n) (n <= 8) on the calling thread alone, one after the other, with the kernels
+// matvec_batch takes (the same bits): for a region's thread that computes products of its own.
+// packs: the activations packed for those kernels, kept by the caller (one per concurrent work
+// item, not per thread), so that whichever thread runs an item allocates nothing once warm.
+using MatvecPacks = std::vector<std::vector<uint8_t>>;
+void matvec_here(const Matvec* mv, size_t n, MatvecPacks& packs);
 
 }  // namespace k3

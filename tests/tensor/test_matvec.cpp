@@ -1,9 +1,11 @@
-// matvec_batch: every output is one vec_dot (same bits as calling it), for any thread count and
-// grouping; groups see their rows in `then` after all of the group's products for those rows.
+// matvec_batch (and matvec_here): every output is one vec_dot (same bits as calling it), for any
+// thread count and grouping; groups see their rows in `then` after all of the group's products for
+// those rows.
 #include "tensor/matvec.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <vector>
@@ -122,6 +124,13 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
               ASSERT_EQ(s, y[j][t * (rows + 7) + r]) << isa_name(isa) << " " << type_name(types[i]) << " n " << n
                                                      << " tokens " << n_tok << " token " << t << " row " << r;
             }
+        if (n_tok == 1) {  // matvec_here, a region's thread alone: the same kernels, the same bits
+          std::vector<std::vector<float>> yb = y;
+          for (int j = 0; j < 2; ++j) std::fill(y[j].begin(), y[j].end(), -1.0f);
+          MatvecPacks packs;
+          matvec_here(mv, 2, packs);
+          ASSERT_EQ(y, yb) << isa_name(isa) << " " << type_name(types[i]) << " n " << n;
+        }
       }
     }
   }
