@@ -33,8 +33,9 @@
 
 namespace k3 {
 #ifdef K3_AVX512
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }  // gemm_avx512.cpp's, for gemm_lanes.inc
-// gemm_avx512.cpp's, for gemm_q4k_lanes.inc and gemm_elem.inc
+// For older trees whose simd256_common.inc lacks them (load512 came with 017673d, join256 and
+// pair256 after 5608f24): gemm_lanes.inc, gemm_q4k_lanes.inc and gemm_elem.inc use them.
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 inline __m512i pair256(const void* lo, const void* hi) {
   return join256(_mm256_loadu_si256(static_cast<const __m256i*>(lo)), _mm256_loadu_si256(static_cast<const __m256i*>(hi)));

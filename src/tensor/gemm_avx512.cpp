@@ -27,11 +27,6 @@ namespace {
 #define K3_AVX512 1
 #include "tensor/simd256_common.inc"
 
-inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-inline __m512i pair256(const void* lo, const void* hi) { return join256(load256(lo), load256(hi)); }
-inline float hsum512(__m512 v) {
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
-}
 inline float f32_at(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
 inline float f16_at(const void* p, int64_t i) { return h2f(static_cast<const uint16_t*>(p)[i]); }
 inline float bf16_at(const void* p, int64_t i) {

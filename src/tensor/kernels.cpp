@@ -52,12 +52,8 @@ unsigned detect_isas() {
 }
 
 bool detect_full_width_512() {
-  uint32_t a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return true;
-  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return true;
-  const uint32_t family = ((a >> 8) & 0xF) == 0xF ? 0xF + ((a >> 20) & 0xFF) : (a >> 8) & 0xF;
-  return !(amd && family == 0x19);
+  const CpuIdent id = cpu_ident();
+  return !(id.vendor == "AuthenticAMD" && id.family == 0x19);
 }
 
 // The CPU's levels, found once; the prefetch level is chosen with them, before any kernel is handed out.
@@ -170,6 +166,20 @@ Isa active_isa() {
 }
 
 void set_isa(Isa isa) { g_active.store(static_cast<int>(usable_isa(isa)), std::memory_order_relaxed); }
+
+CpuIdent cpu_ident() {
+  uint32_t a, b, c, d;
+  CpuIdent id;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return id;
+  char vendor[12];
+  std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+  id.vendor.assign(vendor, sizeof(vendor));
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return id;
+  const unsigned base = (a >> 8) & 15;
+  id.family = base == 15 ? base + ((a >> 20) & 255) : base;
+  id.model = base == 6 || base == 15 ? ((a >> 4) & 15) | (((a >> 16) & 15) << 4) : (a >> 4) & 15;
+  return id;
+}
 
 bool full_width_512() {
   int w = g_full_width.load(std::memory_order_relaxed);

@@ -24,6 +24,13 @@ Isa usable_isa(Isa isa);
 // (scalar|avx2|avxvnni|avx512) or by set_isa(); never above what the CPU supports.
 Isa active_isa();
 void set_isa(Isa isa);
+// The CPU's vendor string ("AuthenticAMD", "GenuineIntel", ...) and its family and model as
+// cpuid leaf 1 gives them with the extended fields folded in (Zen 4: family 0x19, Zen 5: 0x1A).
+struct CpuIdent {
+  std::string vendor;
+  unsigned family = 0, model = 0;
+};
+CpuIdent cpu_ident();
 // Whether the CPU runs 512-bit operations at full width: not AMD Zen 4 (family 0x19), which splits
 // each in two 256-bit halves. Where a 512-bit form pays only at full width, the AVX-512 table keeps
 // the 256-bit one on such a CPU (gemm_avx512.cpp). set_full_width_512: tests and benchmarks (both

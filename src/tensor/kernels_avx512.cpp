@@ -22,13 +22,6 @@ namespace {
 #include "tensor/simd256_convert.inc"
 #undef K3_AVX512
 
-inline __m512i pair256(const void* lo, const void* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
-}
-inline float hsum512(__m512 v) {
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
-}
-
 // ---- float types ------------------------------------------------------------------------------
 
 inline __m512 load16_f32(const void* p, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(p) + i); }
