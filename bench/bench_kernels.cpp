@@ -410,7 +410,7 @@ void BM_experts(benchmark::State& st, T t, Isa isa, ExpertShape sh) {
 PrefetchSetting prefetch_b() {
   const PrefetchSetting a = prefetch_setting();
   const char* v = std::getenv("K3_PREFETCH_B");
-  if (v && *v) return parse_prefetch_setting(v, "K3_PREFETCH_B");
+  if (v && *v) return parse_prefetch_setting(v, "K3_PREFETCH_B", a);
   return {a.level == PrefetchLevel::L2 ? PrefetchLevel::L1 : PrefetchLevel::L2, a.bytes};
 }
 

@@ -49,8 +49,8 @@ struct GemmKernel {
 // lattice types IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, which take 64 tokens a call) and the lane
 // layouts Q8_0_X8, MXFP4_LANES, Q4_K_LANES (tensor/repack.h) on AVX2, AVX-VNNI and AVX-512; every
 // level also has decode rows for the 32-element block types and the lane layouts (their 256-bit
-// forms, AVX-512 included, but for Q8_0_X8's decode rows, MXFP4_LANES' tiles and Q4_K_LANES' rows
-// and tiles, 512-bit there).
+// forms, AVX-512 included, but for Q8_0_X8's decode rows (and its tiles where 512-bit operations
+// run at full width), MXFP4_LANES' tiles and Q4_K_LANES' rows and tiles, 512-bit there).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,

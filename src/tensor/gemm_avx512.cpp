@@ -515,7 +515,8 @@ constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
 constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
 constexpr GemmKernel kMxfp4LanesRows256 = lanes_kernel<Mxfp4LanesW, false>();
 constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512, Q4KlPairGemm<2, 8>>();
-constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E>();
+constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E, true>();
+constexpr GemmKernel kQ80X8Run256 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
 constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
 constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
@@ -551,7 +552,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
     case GgmlType::MXFP4_LANES: return full_width_512() ? &kMxfp4Lanes : &kMxfp4LanesRows256;
-    case GgmlType::Q8_0_X8: return &kQ80X8;
+    case GgmlType::Q8_0_X8: return full_width_512() ? &kQ80X8 : &kQ80X8Run256;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
     case GgmlType::Q2_K_SB: return &kQ2KSb;

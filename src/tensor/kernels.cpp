@@ -59,7 +59,9 @@ bool detect_full_width_512() {
 // The CPU's levels, found once; the prefetch level is chosen with them, before any kernel is handed out.
 unsigned supported_levels() {
   static const unsigned levels = [] {
-    if (const char* v = std::getenv("K3_PREFETCH"); v && *v) detail::g_prefetch = parse_prefetch_setting(v, "K3_PREFETCH");
+    detail::g_prefetch = default_prefetch_setting(cpu_ident());
+    if (const char* v = std::getenv("K3_PREFETCH"); v && *v)
+      detail::g_prefetch = parse_prefetch_setting(v, "K3_PREFETCH", detail::g_prefetch);
     return detect_isas();
   }();
   return levels;
@@ -102,6 +104,11 @@ namespace detail {
 PrefetchSetting g_prefetch;
 }
 
+PrefetchSetting default_prefetch_setting(const CpuIdent& cpu) {
+  if (cpu.vendor == "GenuineIntel") return {PrefetchLevel::L1, 2048, true};
+  return {PrefetchLevel::L2, 8192, false};
+}
+
 PrefetchSetting prefetch_setting() {
   supported_levels();
   return detail::g_prefetch;
@@ -117,8 +124,8 @@ std::string prefetch_setting_name(PrefetchSetting s) {
   return std::string(s.level == PrefetchLevel::L2 ? "l2" : "l1") + ":" + std::to_string(s.bytes) + (s.q8_0 ? "+q8_0" : "");
 }
 
-PrefetchSetting parse_prefetch_setting(const char* text, const char* what) {
-  PrefetchSetting s;
+PrefetchSetting parse_prefetch_setting(const char* text, const char* what, PrefetchSetting base) {
+  PrefetchSetting s{base.level, base.bytes, false};
   std::string v = text;
   if (v == "off") return {PrefetchLevel::Off, s.bytes, false};
   constexpr std::string_view kQ8 = "+q8_0";

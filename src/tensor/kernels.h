@@ -65,10 +65,10 @@ struct QuantKernels {
 // lines go to. Far enough to cover the memory latency at a core's bandwidth, near enough that the
 // lines are still there when read (docs/performance.md, "Prefetch"; bench_kernels prefetch_ab
 // measures two settings against each other on one CPU). K3_PREFETCH=off|LEVEL[:BYTES][+q8_0] (l1 or
-// l2, 256-65536 bytes, a multiple of 64) overrides the default; bits never depend on it.
-// The Q8_0 decode rows (the repacked trunk and the file layout) prefetch only with +q8_0: they do so
-// little arithmetic a byte that the hardware prefetcher keeps ahead of them, and software prefetches
-// on top cost the repacked rows 18-32 % at one thread on AMD Zen 4 (docs/performance.md,
+// l2, 256-65536 bytes, a multiple of 64) overrides the CPU's default; bits never depend on it.
+// The Q8_0 decode rows (the repacked trunk and the file layout) prefetch only with +q8_0: on AMD they
+// do so little arithmetic a byte that the hardware prefetcher keeps ahead of them, and software
+// prefetches on top cost the repacked rows 18-32 % at one thread on Zen 4 (docs/performance.md,
 // "Prefetch"). Rows with more arithmetic a byte (MXFP4, the K-quants, BF16), cold stream starts and
 // the KDA state still gain from them.
 enum class PrefetchLevel : uint8_t { Off, L1, L2 };
@@ -77,12 +77,16 @@ struct PrefetchSetting {
   uint32_t bytes = 8192;
   bool q8_0 = false;  // the Q8_0 decode rows prefetch too
 };
+// The default for a CPU: l2:8192 (AMD Zen 4 and Zen 5), l1:2048+q8_0 on Intel, where one core's reads
+// are bound by the misses it keeps in flight and lines requested into L1 a short way ahead decode
+// m64 1.08-1.15x as fast (docs/performance.md, "Prefetch").
+PrefetchSetting default_prefetch_setting(const CpuIdent& cpu);
 PrefetchSetting prefetch_setting();  // resolved with the CPU's levels, K3_PREFETCH applied
 void set_prefetch_setting(PrefetchSetting s);  // between parallel regions only (benchmarks)
 // "l2:8192", "l2:8192+q8_0" or "off"; parse_prefetch_setting reads that form (or a level alone,
-// with or without +q8_0) and names `what` in its errors.
+// with or without +q8_0, which keeps the distance of `base`) and names `what` in its errors.
 std::string prefetch_setting_name(PrefetchSetting s);
-PrefetchSetting parse_prefetch_setting(const char* text, const char* what);
+PrefetchSetting parse_prefetch_setting(const char* text, const char* what, PrefetchSetting base);
 namespace detail {
 extern PrefetchSetting g_prefetch;  // set before any kernel is handed out
 }

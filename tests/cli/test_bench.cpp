@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "gguf/gguf.h"
+#include "support/cpu_family.h"
+#include "tensor/kernels.h"
 
 using nlohmann::json;
 
@@ -105,14 +107,19 @@ TEST(Bench, ProfileAndErrors) {
   EXPECT_NE(run(k3_bin() + " bench -m /nonexistent.gguf -p 4 -n 4", &out), 0);
 }
 
-// The weight prefetch setting: l2:8192 unless K3_PREFETCH says otherwise (a level alone keeps the
-// distance; +q8_0 adds the Q8_0 decode rows; off turns the prefetches off), bad values refused by name.
+// The weight prefetch setting: the CPU's default (l1:2048+q8_0 on Intel, l2:8192 elsewhere) unless
+// K3_PREFETCH says otherwise (a level alone keeps the default's distance; +q8_0 adds the Q8_0 decode
+// rows; off turns the prefetches off), bad values refused by name.
 TEST(Bench, PrefetchSetting) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
-  for (auto [env, want] : {std::pair{"", "l2:8192"}, {"l1", "l1:8192"}, {"l2:4096", "l2:4096"}, {"l1:16384", "l1:16384"},
-                           {"l2+q8_0", "l2:8192+q8_0"}, {"l1:4096+q8_0", "l1:4096+q8_0"}, {"off", "off"}}) {
+  const bool intel = k3::cpu_ident().vendor == "GenuineIntel";
+  const std::string ahead = intel ? "2048" : "8192";
+  std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
+  for (auto [env, want] : {std::pair<std::string, std::string>{"", intel ? "l1:2048+q8_0" : "l2:8192"}, {"l1", "l1:" + ahead},
+                           {"l2:4096", "l2:4096"}, {"l1:16384", "l1:16384"}, {"l2+q8_0", "l2:" + ahead + "+q8_0"},
+                           {"l1:4096+q8_0", "l1:4096+q8_0"}, {"off", "off"}}) {
     std::string out;
-    ASSERT_EQ(run((*env ? "K3_PREFETCH=" + std::string(env) + " " : std::string()) + cmd, &out), 0) << out;
+    ASSERT_EQ(run((!env.empty() ? "K3_PREFETCH=" + env + " " : std::string()) + cmd, &out), 0) << out;
     const json j = json::parse(out.substr(out.find('{')));
     EXPECT_EQ(j["prefetch"], want) << env;
   }

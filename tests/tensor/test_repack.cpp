@@ -172,7 +172,8 @@ TEST(Repack, SameValuesSameReferenceBits) {
 
 // Tiles (partial tiles: 5 rows, 1-6 tokens) and decode rows against the scalar reference, on rows
 // that are not aligned; every exponent meets every lane (exponent = base + block index). At AVX-512
-// both forms of the table (full_width_512: the 512-bit decode rows, or the 256-bit ones).
+// both forms of the table (full_width_512: the 512-bit decode rows and Q8_0_X8's 512-bit prefill
+// tiles, or the 256-bit ones).
 TEST(Repack, TilesAndRowsGiveReferenceBits) {
   std::mt19937 rng(9);
   struct Restore {  // the CPU's own form again, also when an assertion ends the test
