@@ -79,7 +79,7 @@ struct PrefetchSetting {
 };
 // The default for a CPU: l2:8192 (AMD Zen 4 and Zen 5), l1:2048+q8_0 on Intel, where one core's reads
 // are bound by the misses it keeps in flight and lines requested into L1 a short way ahead decode
-// m64 1.08-1.15x as fast (docs/performance.md, "Prefetch").
+// m64 1.09-1.15x as fast (docs/performance.md, "Prefetch").
 PrefetchSetting default_prefetch_setting(const CpuIdent& cpu);
 PrefetchSetting prefetch_setting();  // resolved with the CPU's levels, K3_PREFETCH applied
 void set_prefetch_setting(PrefetchSetting s);  // between parallel regions only (benchmarks)
