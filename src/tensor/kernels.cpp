@@ -56,12 +56,21 @@ bool detect_full_width_512() {
   return !(id.vendor == "AuthenticAMD" && id.family == 0x19);
 }
 
-// The CPU's levels, found once; the prefetch level is chosen with them, before any kernel is handed out.
+std::atomic<int> g_q4kl_parts{-1};  // -1: not yet chosen
+
+// The CPU's levels, found once; the prefetch setting and the Q4_K rows' streams are chosen with them,
+// before any kernel is handed out.
 unsigned supported_levels() {
   static const unsigned levels = [] {
     detail::g_prefetch = default_prefetch_setting(cpu_ident());
     if (const char* v = std::getenv("K3_PREFETCH"); v && *v)
       detail::g_prefetch = parse_prefetch_setting(v, "K3_PREFETCH", detail::g_prefetch);
+    const char* streams = std::getenv("K3_Q4K_STREAMS");
+    if (streams && *streams && std::strcmp(streams, "1") && std::strcmp(streams, "2"))
+      fail("K3_Q4K_STREAMS=%s: expected 1 or 2", streams);
+    int unset = -1;  // a test's choice stands
+    g_q4kl_parts.compare_exchange_strong(
+        unset, streams && *streams ? *streams == '2' : cpu_ident().vendor == "GenuineIntel", std::memory_order_relaxed);
     return detect_isas();
   }();
   return levels;
@@ -195,6 +204,13 @@ bool full_width_512() {
 }
 
 void set_full_width_512(bool on) { g_full_width.store(on, std::memory_order_relaxed); }
+
+bool q4kl_rows_in_parts() {
+  supported_levels();
+  return g_q4kl_parts.load(std::memory_order_relaxed);
+}
+
+void set_q4kl_rows_in_parts(bool on) { g_q4kl_parts.store(on, std::memory_order_relaxed); }
 
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 
