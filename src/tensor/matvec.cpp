@@ -11,13 +11,22 @@ namespace k3 {
 
 namespace {
 
-// Weight bytes per work chunk: about kChunksPerThread claims per thread in a region, within
-// [kMinChunkBytes, kMaxChunkBytes]. Long contiguous streams per claim pay: on Zen 4 at 2 threads
+// Weight bytes per work chunk: about `per_thread` claims per thread in a region, within
+// [kMinChunkBytes, max_bytes]. Long contiguous streams per claim pay: on Zen 4 at 2 threads
 // a token's decode ran 30 % (AVX2) and 11 % (AVX-512) faster than with fixed 64 KB chunks
 // (docs/performance.md, "Threads and chunks"); the pieces are still fine enough that a preempted thread's
-// share is soon taken over, and a small matrix still splits over the threads.
-constexpr size_t kMinChunkBytes = 64 * 1024, kMaxChunkBytes = 512 * 1024;
-constexpr size_t kChunksPerThread = 4;
+// share is soon taken over, and a small matrix still splits over the threads. On Intel a chunk's
+// start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.035x as
+// fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md); AMD keeps
+// the Zen 4 figures (unmeasured there).
+constexpr size_t kMinChunkBytes = 64 * 1024;
+struct ChunkRule {
+  size_t per_thread, max_bytes;
+};
+const ChunkRule& chunk_rule() {
+  static const ChunkRule rule = cpu_ident().vendor == "GenuineIntel" ? ChunkRule{2, 1024 * 1024} : ChunkRule{4, 512 * 1024};
+  return rule;
+}
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
 
@@ -182,8 +191,9 @@ void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64
     for (size_t j = 0; j < group; ++j) row_bytes[g] += mv[g * group + j].w.nb1;
     bytes += row_bytes[g] * static_cast<size_t>(mv[g * group].w.ne1);
   }
+  const ChunkRule& rule = chunk_rule();
   const size_t chunk_bytes =
-      std::clamp(bytes / (static_cast<size_t>(pool.size()) * kChunksPerThread), kMinChunkBytes, kMaxChunkBytes);
+      std::clamp(bytes / (static_cast<size_t>(pool.size()) * rule.per_thread), kMinChunkBytes, rule.max_bytes);
   first[0] = 0;
   for (size_t g = 0; g < n_groups; ++g) {
     const int64_t ne1 = mv[g * group].w.ne1;
