@@ -39,7 +39,7 @@ bool full_width_512();
 void set_full_width_512(bool on);
 // Whether the 256-bit Q4_K_LANES decode rows (AVX2, AVX-VNNI) run in two parts, two streams a thread,
 // as the 512-bit ones always do. On Intel one such stream reads ~0.8 of a core's probe and two its
-// whole rate (bench_kernels matvec/q4_K_lanes): m64-q4k decode 1.08-1.14x at those levels. AMD keeps
+// whole rate (bench_kernels matvec/q4_K_lanes): m64-q4k decode 1.07-1.11x at those levels. AMD keeps
 // one row a step (Zen 5: 0.96x, docs/notes/i37e.md). K3_Q4K_STREAMS=1|2 overrides;
 // set_q4kl_rows_in_parts: tests and benchmarks, between parallel regions.
 bool q4kl_rows_in_parts();

@@ -16,7 +16,7 @@ namespace {
 // a token's decode ran 30 % (AVX2) and 11 % (AVX-512) faster than with fixed 64 KB chunks
 // (docs/performance.md, "Threads and chunks"); the pieces are still fine enough that a preempted thread's
 // share is soon taken over, and a small matrix still splits over the threads. On Intel a chunk's
-// start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.035x as
+// start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.04x as
 // fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md); AMD keeps
 // the Zen 4 figures (unmeasured there).
 constexpr size_t kMinChunkBytes = 64 * 1024;
