@@ -62,7 +62,8 @@ std::atomic<int> g_q4kl_parts{-1};  // -1: not yet chosen
 // before any kernel is handed out.
 unsigned supported_levels() {
   static const unsigned levels = [] {
-    detail::g_prefetch = default_prefetch_setting(cpu_ident());
+    const CpuIdent cpu = cpu_ident();
+    detail::g_prefetch = default_prefetch_setting(cpu);
     if (const char* v = std::getenv("K3_PREFETCH"); v && *v)
       detail::g_prefetch = parse_prefetch_setting(v, "K3_PREFETCH", detail::g_prefetch);
     const char* streams = std::getenv("K3_Q4K_STREAMS");
@@ -70,7 +71,7 @@ unsigned supported_levels() {
       fail("K3_Q4K_STREAMS=%s: expected 1 or 2", streams);
     int unset = -1;  // a test's choice stands
     g_q4kl_parts.compare_exchange_strong(
-        unset, streams && *streams ? *streams == '2' : cpu_ident().vendor == "GenuineIntel", std::memory_order_relaxed);
+        unset, streams && *streams ? *streams == '2' : cpu.intel(), std::memory_order_relaxed);
     return detect_isas();
   }();
   return levels;
@@ -114,7 +115,7 @@ PrefetchSetting g_prefetch;
 }
 
 PrefetchSetting default_prefetch_setting(const CpuIdent& cpu) {
-  if (cpu.vendor == "GenuineIntel") return {PrefetchLevel::L1, 2048, true};
+  if (cpu.intel()) return {PrefetchLevel::L1, 2048, true};
   return {PrefetchLevel::L2, 8192, false};
 }
 

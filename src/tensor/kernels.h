@@ -29,6 +29,7 @@ void set_isa(Isa isa);
 struct CpuIdent {
   std::string vendor;
   unsigned family = 0, model = 0;
+  bool intel() const { return vendor == "GenuineIntel"; }  // the per-CPU tuning choices key on it
 };
 CpuIdent cpu_ident();
 // Whether the CPU runs 512-bit operations at full width: not AMD Zen 4 (family 0x19), which splits

@@ -24,7 +24,7 @@ struct ChunkRule {
   size_t per_thread, max_bytes;
 };
 const ChunkRule& chunk_rule() {
-  static const ChunkRule rule = cpu_ident().vendor == "GenuineIntel" ? ChunkRule{2, 1024 * 1024} : ChunkRule{4, 512 * 1024};
+  static const ChunkRule rule = cpu_ident().intel() ? ChunkRule{2, 1024 * 1024} : ChunkRule{4, 512 * 1024};
   return rule;
 }
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.

@@ -112,7 +112,7 @@ TEST(Bench, ProfileAndErrors) {
 // rows; off turns the prefetches off), bad values refused by name.
 TEST(Bench, PrefetchSetting) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 4 -n 2 -r 1 -t 1 --membw-mib 0 --json";
-  const bool intel = k3::cpu_ident().vendor == "GenuineIntel";
+  const bool intel = k3::cpu_ident().intel();
   const std::string ahead = intel ? "2048" : "8192";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
   for (auto [env, want] : {std::pair<std::string, std::string>{"", intel ? "l1:2048+q8_0" : "l2:8192"}, {"l1", "l1:" + ahead},
@@ -178,7 +178,7 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
 TEST(Bench, Q4kStreams) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 1 --membw-mib 0 --json";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
-  const int cpu = k3::cpu_ident().vendor == "GenuineIntel" ? 2 : 1;
+  const int cpu = k3::cpu_ident().intel() ? 2 : 1;
   for (auto [env, want] : {std::pair<std::string, int>{"", cpu}, {"1", 1}, {"2", 2}}) {
     std::string out;
     ASSERT_EQ(run((!env.empty() ? "K3_Q4K_STREAMS=" + env + " " : std::string()) + cmd, &out), 0) << out;
