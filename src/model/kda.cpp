@@ -10,15 +10,32 @@ namespace k3::model {
 
 namespace {
 
-// Causal depthwise conv over time + silu (§6.3 step 2). p: [T][D] projected inputs; conv_w:
-// [D][K] taps (tap K-1 on the current input); state: [D][K-1] previous inputs, oldest first.
-// Computed a time step at a time across the channels: contiguous rows that vectorise, where a
-// channel at a time walked T rows D floats apart (the same cache set at D = 2048). Each output is
-// still 0 + w_0 x_0 + ... + w_{K-1} x_{K-1} in tap order.
-void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, float* y) {
-  const int64_t S = K - 1;
+// Causal depthwise conv over time + silu (§6.3 step 2) of channels [c0, c1). p, y: [T][D] projected
+// inputs and outputs; conv_w: [D][K] taps (tap K-1 on the current input); state: [D][K-1] previous
+// inputs, oldest first. Computed a time step at a time across the channels: contiguous rows that
+// vectorise, where a channel at a time walked T rows D floats apart (the same cache set at D =
+// 2048). Each output is still 0 + w_0 x_0 + ... + w_{K-1} x_{K-1} in tap order.
+void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, int64_t c0,
+               int64_t c1, float* y) {
+  const int64_t S = K - 1, n = c1 - c0;
+  if (T == 1 && K == 4) {  // decode at the model's width: the loop below with its window shift unrolled
+    for (int64_t c = c0; c < c1; ++c) {
+      const float *wc = conv_w + 4 * c, x = p[c];
+      float* hc = state + 3 * c;
+      const float h0 = hc[0], h1 = hc[1], h2 = hc[2];
+      float acc = 0.0f;
+      acc += wc[0] * h0;
+      acc += wc[1] * h1;
+      acc += wc[2] * h2;
+      acc += wc[3] * x;
+      hc[0] = h1, hc[1] = h2, hc[2] = x;
+      y[c] = acc;
+    }
+    ops::silu_n(y + c0, n);
+    return;
+  }
   if (T == 1) {  // decode: a channel's taps and history are contiguous, so no transposed copies
-    for (int64_t c = 0; c < D; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
       const float* wc = conv_w + c * K;
       float* hc = state + c * S;
       float acc = 0.0f;  // the operations of the loop below, in its order
@@ -28,31 +45,31 @@ void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int
       if (S > 0) hc[S - 1] = p[c];
       y[c] = acc;
     }
-    ops::silu_n(y, D);
+    ops::silu_n(y + c0, n);
     return;
   }
-  thread_local std::vector<float> taps, hist;  // [K][D] taps, [S][D] previous inputs
-  scratch_zeros(taps, K * D);
-  scratch_zeros(hist, S * D);
-  for (int64_t c = 0; c < D; ++c) {
-    for (int64_t j = 0; j < K; ++j) taps[j * D + c] = conv_w[c * K + j];
-    for (int64_t j = 0; j < S; ++j) hist[j * D + c] = state[c * S + j];
+  thread_local std::vector<float> taps, hist;  // [K][n] taps, [S][n] previous inputs
+  scratch_zeros(taps, K * n);
+  scratch_zeros(hist, S * n);
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t j = 0; j < K; ++j) taps[j * n + c] = conv_w[(c0 + c) * K + j];
+    for (int64_t j = 0; j < S; ++j) hist[j * n + c] = state[(c0 + c) * S + j];
   }
-  // input row r of the window sequence: the S previous inputs, then the batch
-  auto in = [&](int64_t r) { return r < S ? &hist[r * D] : p + (r - S) * D; };
+  // channels [c0, c1) of input row r of the window sequence: the S previous inputs, then the batch
+  auto in = [&](int64_t r) { return r < S ? &hist[r * n] : p + (r - S) * D + c0; };
   for (int64_t t = 0; t < T; ++t) {
-    float* yt = y + t * D;
-    for (int64_t c = 0; c < D; ++c) yt[c] = 0.0f;
+    float* yt = y + t * D + c0;
+    for (int64_t c = 0; c < n; ++c) yt[c] = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
-      const float *wj = &taps[j * D], *xj = in(t + j);
-      for (int64_t c = 0; c < D; ++c) yt[c] += wj[c] * xj[c];
+      const float *wj = &taps[j * n], *xj = in(t + j);
+      for (int64_t c = 0; c < n; ++c) yt[c] += wj[c] * xj[c];
     }
   }
   for (int64_t j = 0; j < S; ++j) {
     const float* xj = in(T + j);
-    for (int64_t c = 0; c < D; ++c) state[c * S + j] = xj[c];
+    for (int64_t c = 0; c < n; ++c) state[(c0 + c) * S + j] = xj[c];
   }
-  ops::silu_n(y, T * D);
+  for (int64_t t = 0; t < T; ++t) ops::silu_n(y + t * D + c0, n);
 }
 
 // l2n over one head (§5): rmsnorm(x; eps/n), then a separate multiplication by 1/sqrt(n).
@@ -113,30 +130,37 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   } tls;
   std::vector<float>&proj = tls.proj, &q = tls.q, &k = tls.k, &v = tls.v, &fa = tls.fa, &beta = tls.beta,
                      &gate = tls.gate, &g = tls.g, &o = tls.o;
-  scratch_zeros(proj, 3 * T * D), scratch_zeros(q, T * D), scratch_zeros(k, T * D), scratch_zeros(v, T * D);
-  scratch_zeros(fa, T * d), scratch_zeros(beta, T * nh), scratch_zeros(gate, T * D);
-  const LinearJob jobs[] = {{w.wq, x, &proj[0]},         {w.wk, x, &proj[T * D]}, {w.wv, x, &proj[2 * T * D]},
-                            {w.f_a, x, fa.data()},        {w.beta, x, beta.data()}, {w.ssm_g, x, gate.data()}};
-  linear_batch(ctx, jobs, 6, T);
+  // every value written by the products and the conv
+  scratch_size(proj, 3 * T * D), scratch_size(q, T * D), scratch_size(k, T * D), scratch_size(v, T * D);
+  scratch_size(fa, T * d), scratch_size(beta, T * nh), scratch_size(gate, T * D);
   for (const SegRows& sg : segs)
-    if (KdaJournal* j = sg.state->journal(il, sg.n)) {  // before the conv moves the window
+    if (KdaJournal* j = sg.state->journal(il, sg.n)) {  // the window before the conv moves it
       const std::vector<float>& c = sg.state->layers[il].conv;
       j->conv0.assign(c.begin(), c.end());
+    }
+  // The conv of q, k and v runs on the rows of each projection as they come (channels are
+  // independent), on the thread that computed them: inside the region, not after it.
+  const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
+  float* dst[3] = {q.data(), k.data(), v.data()};
+  auto conv_rows = [&](size_t s, int64_t c0, int64_t c1) {
+    if (s >= 3) return;  // f_a, beta, the gate
+    for (const SegRows& sg : segs)
+      conv_silu(&proj[s * T * D] + sg.row0 * D, conv[s]->f32(), sg.state->layers[il].conv.data() + s * D * (K - 1),
+                sg.n, D, K, c0, c1, dst[s] + sg.row0 * D);
+  };
+  const LinearJob jobs[] = {{w.wq, x, &proj[0]},         {w.wk, x, &proj[T * D]}, {w.wv, x, &proj[2 * T * D]},
+                            {w.f_a, x, fa.data()},        {w.beta, x, beta.data()}, {w.ssm_g, x, gate.data()}};
+  linear_batch(ctx, jobs, 6, T, conv_rows);
+  for (const SegRows& sg : segs)
+    if (KdaJournal* j = sg.state->journal(il, sg.n)) {  // the projections, which the conv leaves as they are
       j->proj.resize(3 * sg.n * D);
       for (int s = 0; s < 3; ++s) std::copy_n(&proj[s * T * D] + sg.row0 * D, sg.n * D, &j->proj[s * sg.n * D]);
     }
-  const Tensor* conv[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
-  float* dst[3] = {q.data(), k.data(), v.data()};
   static const char* names[3] = {"kda_q_conv", "kda_k_conv", "kda_v_conv"};
-  for (int s = 0; s < 3; ++s) {
-    for (const SegRows& sg : segs)
-      conv_silu(&proj[s * T * D] + sg.row0 * D, conv[s]->f32(), sg.state->layers[il].conv.data() + s * D * (K - 1),
-                sg.n, D, K, dst[s] + sg.row0 * D);
-    trace(names[s], dst[s], D);
-  }
+  for (int s = 0; s < 3; ++s) trace(names[s], dst[s], D);
 
   // 3. decay gate g [T][D]
-  scratch_zeros(g, T * D);
+  scratch_size(g, T * D);
   linear(ctx, w.f_b, fa.data(), T, g.data());
   const float* dt_bias = w.dt_bias.f32();
   const float* A = w.ssm_a.f32();

@@ -102,11 +102,14 @@ void linear_gathered(Ctx& ctx, const Tensor& w, float* x, int64_t local, int64_t
   in.product(y);
 }
 
-void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T) {
+static void batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T, const RowsReady* then) {
   bool amx = false;
   for (size_t i = 0; i < n; ++i) amx |= jobs[i].w.type == GgmlType::F16 && ctx.f16_rule == F16Rule::Amx;
   if (amx) {  // (the rule may apply to some: each its own way)
-    for (size_t i = 0; i < n; ++i) linear(ctx, jobs[i].w, jobs[i].x, T, jobs[i].y, jobs[i].whole_rows);
+    for (size_t i = 0; i < n; ++i) {
+      linear(ctx, jobs[i].w, jobs[i].x, T, jobs[i].y, jobs[i].whole_rows);
+      if (then && jobs[i].w.ne1 > 0) (*then)(i, 0, jobs[i].w.ne1);
+    }
     return;
   }
   thread_local std::vector<MatmulJob> mj;
@@ -115,7 +118,14 @@ void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T) {
     if (ctx.observer) ctx.observer->on_matmul(jobs[i].w, jobs[i].x, T);
     mj.push_back({jobs[i].w, jobs[i].x, jobs[i].y});
   }
-  matmul_batch(mj.data(), mj.size(), T, ctx.pool);
+  if (then) matmul_batch(mj.data(), mj.size(), T, ctx.pool, *then);
+  else matmul_batch(mj.data(), mj.size(), T, ctx.pool);
+}
+
+void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T) { batch(ctx, jobs, n, T, nullptr); }
+
+void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T, RowsReady then) {
+  batch(ctx, jobs, n, T, &then);
 }
 
 namespace ops {

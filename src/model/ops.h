@@ -111,6 +111,8 @@ struct LinearJob {
   LinearJob(const Tensor& t, const float* x, float* y) : LinearJob(t.mat(), x, y, t.whole_rows()) {}
 };
 void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T);
+// The same, and then(job, r0, r1) when rows [r0, r1) of jobs[job].y are final (matmul_batch).
+void linear_batch(Ctx& ctx, const LinearJob* jobs, size_t n, int64_t T, RowsReady then);
 
 namespace ops {
 

@@ -32,7 +32,9 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   matmul_batch(&job, 1, n_tokens, pool);
 }
 
-void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool) {
+namespace {
+
+void batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool, const RowsReady* then) {
   if (n_tokens <= 0) return;
   // Per job: its activations in the weight's partner format (shared with an earlier job of the
   // same input and format), packed for the tiles where they need it.
@@ -106,11 +108,18 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
     for (int64_t r = 0; r < w.ne1; r += p.rb) items.emplace_back(i, r);
   }
   if (n_tokens <= kFewTokens) {
-    thread_local std::vector<Matvec> mv;
-    mv.clear();
+    thread_local std::vector<Matvec> t_mv;
+    thread_local std::vector<size_t> t_job;  // the job of each product
+    std::vector<Matvec>& mv = t_mv;
+    std::vector<size_t>& job = t_job;
+    mv.clear(), job.clear();
     for (size_t i = 0; i < n; ++i)
-      if (jobs[i].w.ne1 > 0) mv.push_back({jobs[i].w, prep[i].xq, jobs[i].y, n_tokens, prep[i].xstride, jobs[i].w.ne1});
-    matvec_batch(mv.data(), mv.size(), 1, pool);
+      if (jobs[i].w.ne1 > 0) {
+        mv.push_back({jobs[i].w, prep[i].xq, jobs[i].y, n_tokens, prep[i].xstride, jobs[i].w.ne1});
+        job.push_back(i);
+      }
+    if (!then) return matvec_batch(mv.data(), mv.size(), 1, pool);
+    matvec_batch(mv.data(), mv.size(), 1, pool, 1, [&](size_t g, int64_t r0, int64_t r1) { (*then)(job[g], r0, r1); });
     return;
   }
   const int64_t n_items = static_cast<int64_t>(items.size());
@@ -138,6 +147,19 @@ void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool&
       }
     }
   });
+  if (then)
+    for (size_t i = 0; i < n; ++i)
+      if (jobs[i].w.ne1 > 0) (*then)(i, 0, jobs[i].w.ne1);
+}
+
+}  // namespace
+
+void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool) {
+  batch(jobs, n, n_tokens, pool, nullptr);
+}
+
+void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool, RowsReady then) {
+  batch(jobs, n, n_tokens, pool, &then);
 }
 
 }  // namespace k3

@@ -29,5 +29,11 @@ struct MatmulJob {
   float* y;
 };
 void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool);
+// The same, and then(job, r0, r1) once rows [r0, r1) of jobs[job]'s outputs (every token's) are
+// final, so that work on them element by element runs inside the region: with few tokens (decode,
+// a verify pass) after each chunk, on the thread that computed it; with more, once per job over all
+// its rows, on the calling thread after the region.
+using RowsReady = FnRef<void(size_t job, int64_t r0, int64_t r1)>;
+void matmul_batch(const MatmulJob* jobs, size_t n, int64_t n_tokens, ThreadPool& pool, RowsReady then);
 
 }  // namespace k3

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -129,6 +131,39 @@ TEST(Matmul, LargeTileSplit) {
   // Enough rows and tokens for several work items per thread and several token tiles.
   const Problem p = make_problem(T::Q4_0, 4096, 300, 40, 0, 11);
   EXPECT_EQ(run(p, 1), run(p, 2));
+}
+
+// then(job, r0, r1) covers every row of every job exactly once, each range when its values (every
+// token's) are already final, and the products keep the bits of the plain batch: a decode step and a
+// verify pass (rows reported by the chunks, on the pool's threads) and a prompt (once per job).
+TEST(Matmul, RowsReadyOncePerRowWhenFinal) {
+  const Problem a = make_problem(T::Q4_K, 1024, 1536, 20, 0, 3), b = make_problem(T::Q8_0, 512, 700, 20, 0, 4);
+  for (int64_t tokens : {1, 3, 20})
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      std::vector<float> ya(tokens * a.ne1, NAN), yb(tokens * b.ne1, NAN), ra(ya.size()), rb(yb.size());
+      const MatmulJob plain[] = {{a.view(), a.x.data(), ra.data()}, {b.view(), b.x.data(), rb.data()}};
+      matmul_batch(plain, 2, tokens, pool);
+      const MatmulJob jobs[] = {{a.view(), a.x.data(), ya.data()}, {b.view(), b.x.data(), yb.data()}};
+      std::vector<std::atomic<int>> seen_a(a.ne1), seen_b(b.ne1);
+      std::atomic<int> early{0};
+      matmul_batch(jobs, 2, tokens, pool, [&](size_t job, int64_t r0, int64_t r1) {
+        const std::vector<float>& y = job ? yb : ya;
+        const std::vector<float>& ref = job ? rb : ra;
+        const int64_t ne1 = job ? b.ne1 : a.ne1;
+        for (int64_t r = r0; r < r1; ++r) {
+          (job ? seen_b : seen_a)[r].fetch_add(1);
+          for (int64_t t = 0; t < tokens; ++t)
+            if (std::memcmp(&y[t * ne1 + r], &ref[t * ne1 + r], sizeof(float)) != 0) early.fetch_add(1);
+        }
+      });
+      const std::string where = std::to_string(tokens) + " tokens, " + std::to_string(threads) + " threads";
+      EXPECT_EQ(early.load(), 0) << where << ": a range reported before its values were final";
+      for (int64_t r = 0; r < a.ne1; ++r) ASSERT_EQ(seen_a[r].load(), 1) << where << ": row " << r << " of job 0";
+      for (int64_t r = 0; r < b.ne1; ++r) ASSERT_EQ(seen_b[r].load(), 1) << where << ": row " << r << " of job 1";
+      EXPECT_EQ(ya, ra) << where;
+      EXPECT_EQ(yb, rb) << where;
+    }
 }
 
 TEST(Matmul, RejectsBadShapes) {
