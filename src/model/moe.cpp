@@ -228,17 +228,17 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   // layer in the formats their products take them (GatheredInput) where they can be
   const bool fused = T <= kFusedTokens && fused_ok(ctx, w);
   // Their products run in one parallel region (at T = 1 one fork, not three).
-  scratch_zeros(probs, T * E);
+  scratch_size(probs, T * E);  // products' outputs: every value written
   LinearJob jobs[4] = {{w.gate_inp, x, probs.data()}};
   size_t n_jobs = 1;
   if (hp.latent()) {
-    scratch_zeros(zbuf, T * dl);
+    scratch_size(zbuf, T * dl);
     jobs[n_jobs++] = {w.routed_down, x, zbuf.data()};
   }
   const int64_t sh_all = w.gate_shexp ? w.down_shexp.ne[0] : 0, sh_local = w.gate_shexp ? w.gate_shexp.ne[1] : 0;
   if (w.gate_shexp) {
-    scratch_zeros(ash, T * sh_all);
-    scratch_zeros(ush, T * sh_local);
+    scratch_size(ash, T * sh_all);
+    scratch_size(ush, T * sh_local);
     jobs[n_jobs++] = {w.gate_shexp, x, ash.data()};
     jobs[n_jobs++] = {w.up_shexp, x, ush.data()};
   }
@@ -314,7 +314,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 7. experts. A few tokens: every (token, expert) product in a few parallel regions; more: tokens
   // grouped by expert, one product per expert over its tokens. y: [T][k][dl_out]
-  scratch_zeros(y, T * k * dl_out);
+  scratch_size(y, T * k * dl_out);  // every (token, slot) row written below
   used.clear();  // ascending expert ids
   if (fused) {
     used.assign(sel.begin(), sel.end());
@@ -385,7 +385,7 @@ void moe_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
 
   // 11-12. shared experts on the un-projected input
   if (w.gate_shexp) {
-    scratch_zeros(sh, T * H_out);
+    scratch_size(sh, T * H_out);
     sh_in->product(sh.data());
     trace("ffn_shexp", sh.data(), H_out);
     for (int64_t i = 0; i < T * H_out; ++i) out[i] = out[i] + sh[i];
