@@ -464,6 +464,7 @@ int cmd_bench(int argc, char** argv) {
   const double membw = median(probe_gbps);
   const double membw_best = probe_gbps.empty() ? 0 : *std::max_element(probe_gbps.begin(), probe_gbps.end());
   const double roofline = ratios.empty() ? 0 : median(ratios);
+  const int q4k_streams = q4kl_rows_in_parts() ? 2 : 1;  // the 256-bit Q4_K_LANES decode rows' form
 
   if (as_json) {
     json j;
@@ -473,7 +474,7 @@ int cmd_bench(int argc, char** argv) {
     j["threads"] = pool.size();
     j["isa"] = isa_name(active_isa()), j["cpu_isa"] = isa_name(cpu_best_isa());
     j["prefetch"] = prefetch_setting_name(prefetch_setting());
-    j["q4k_streams"] = q4kl_rows_in_parts() ? 2 : 1;
+    j["q4k_streams"] = q4k_streams;
     j["repacked_bytes"] = repacked;
     j["p"] = p, j["n"] = n, j["reps"] = reps;
     j["pp_tokens_per_s"] = p > 0 ? json(pp.mean) : json(nullptr);
@@ -515,8 +516,8 @@ int cmd_bench(int argc, char** argv) {
   std::printf("), %d threads, %d repetitions, kernels %s (CPU: %s), weight prefetch %s, Q4_K rows %d stream%s a thread, "
               "%.1f MB repacked\n\n  %-8s %18s\n",
               pool.size(), reps, isa_name(active_isa()), isa_name(cpu_best_isa()),
-              prefetch_setting_name(prefetch_setting()).c_str(), q4kl_rows_in_parts() ? 2 : 1,
-              q4kl_rows_in_parts() ? "s" : "", repacked / 1e6, "test", "t/s");
+              prefetch_setting_name(prefetch_setting()).c_str(), q4k_streams, q4k_streams > 1 ? "s" : "",
+              repacked / 1e6, "test", "t/s");
   if (p > 0) std::printf("  pp%-6d %10.2f ± %-6.2f\n", p, pp.mean, pp.stddev);
   if (n > 0) std::printf("  tg%-6d %10.2f ± %-6.2f\n", n, tg.mean, tg.stddev);
   if (par)

@@ -26,9 +26,7 @@ void attnres_mix(Ctx& ctx, Bank& bank, const float* c, const float* w, float eps
       auto src = [&](size_t j) { return j < bank.n ? bank.entries[j].data() + t * H : c + t * H; };
       for (size_t j = 0; j < n_src; ++j) {  // scores from the normalized sources (ops::rmsnorm)
         const float* x = src(j);
-        float scale;
-        if (j < known) scale = bank.scales[j][t];
-        else scale = ops::rms_scale(x, H, eps);
+        const float scale = j < known ? bank.scales[j][t] : ops::rms_scale(x, H, eps);
         if (j >= known && j < bank.n) bank.scales[j][t] = scale;
         for (int64_t q = 0; q < H; ++q) normed[q] = x[q] * scale;
         f32.vec_dot(H, &z[j], normed.data(), w);

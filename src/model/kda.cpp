@@ -18,30 +18,17 @@ namespace {
 void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, int64_t c0,
                int64_t c1, float* y) {
   const int64_t S = K - 1, n = c1 - c0;
-  if (T == 1 && K == 4) {  // decode at the model's width: the loop below with its window shift unrolled
-    for (int64_t c = c0; c < c1; ++c) {
-      const float *wc = conv_w + 4 * c, x = p[c];
-      float* hc = state + 3 * c;
-      const float h0 = hc[0], h1 = hc[1], h2 = hc[2];
-      float acc = 0.0f;
-      acc += wc[0] * h0;
-      acc += wc[1] * h1;
-      acc += wc[2] * h2;
-      acc += wc[3] * x;
-      hc[0] = h1, hc[1] = h2, hc[2] = x;
-      y[c] = acc;
-    }
-    ops::silu_n(y + c0, n);
-    return;
-  }
   if (T == 1) {  // decode: a channel's taps and history are contiguous, so no transposed copies
     for (int64_t c = c0; c < c1; ++c) {
       const float* wc = conv_w + c * K;
       float* hc = state + c * S;
       float acc = 0.0f;  // the operations of the loop below, in its order
-      for (int64_t j = 0; j < S; ++j) acc += wc[j] * hc[j];
+      for (int64_t j = 0; j < S; ++j) {
+        const float h = hc[j];
+        acc += wc[j] * h;
+        if (j > 0) hc[j - 1] = h;  // the window shifts in this pass: a loop of its own became a memmove a channel
+      }
       acc += wc[S] * p[c];
-      for (int64_t j = 0; j + 1 < S; ++j) hc[j] = hc[j + 1];
       if (S > 0) hc[S - 1] = p[c];
       y[c] = acc;
     }
