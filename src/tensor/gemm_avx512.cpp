@@ -512,8 +512,10 @@ constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
-constexpr GemmKernel kMxfp4Lanes = lanes_kernel<Mxfp4LanesW>();
-constexpr GemmKernel kMxfp4LanesRows256 = lanes_kernel<Mxfp4LanesW, false>();
+// [lane_rows_in_parts()]
+constexpr GemmKernel kMxfp4Lanes[2] = {lanes_kernel<Mxfp4LanesW, false>(), lanes_kernel<Mxfp4LanesW, true>()};
+constexpr GemmKernel kMxfp4LanesRows256[2] = {lanes_kernel<Mxfp4LanesW, false, false>(),
+                                              lanes_kernel<Mxfp4LanesW, true, false>()};
 constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512, true, Q4KlPairGemm<2, 8>>();
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E, true>();
 constexpr GemmKernel kQ80X8Run256 = elem_kernel<Q80X8E>();
@@ -551,7 +553,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_0: return &kQ40;
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
-    case GgmlType::MXFP4_LANES: return full_width_512() ? &kMxfp4Lanes : &kMxfp4LanesRows256;
+    case GgmlType::MXFP4_LANES: return &(full_width_512() ? kMxfp4Lanes : kMxfp4LanesRows256)[lane_rows_in_parts()];
     case GgmlType::Q8_0_X8: return full_width_512() ? &kQ80X8 : &kQ80X8Run256;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
