@@ -512,7 +512,7 @@ constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
 constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
-// [lane_rows_in_parts()]
+// [decode_in_parts()]
 constexpr GemmKernel kMxfp4Lanes[2] = {lanes_kernel<Mxfp4LanesW, false>(), lanes_kernel<Mxfp4LanesW, true>()};
 constexpr GemmKernel kMxfp4LanesRows256[2] = {lanes_kernel<Mxfp4LanesW, false, false>(),
                                               lanes_kernel<Mxfp4LanesW, true, false>()};
@@ -524,8 +524,8 @@ constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
 constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
 constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
-constexpr GemmKernel kQ5K = unpacked<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
-constexpr GemmKernel kQ6K = unpacked<KQuantGemm<Q6KW, KDot>>();
+constexpr std::array<GemmKernel, 2> kQ5K = unpacked_in_parts<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
+constexpr std::array<GemmKernel, 2> kQ6K = unpacked_in_parts<KQuantGemm<Q6KW, KDot>>();
 // The types of simd256_lowbit.inc: their 256-bit forms, as their vec_dot.
 constexpr GemmKernel kQ10 = block32_kernel<Q10B>();
 constexpr GemmKernel kQ20 = block32_kernel<Q20B>();
@@ -553,7 +553,7 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q4_0: return &kQ40;
     case GgmlType::IQ4_NL: return &kIq4nl;
     case GgmlType::MXFP4: return &kMxfp4;
-    case GgmlType::MXFP4_LANES: return &(full_width_512() ? kMxfp4Lanes : kMxfp4LanesRows256)[lane_rows_in_parts()];
+    case GgmlType::MXFP4_LANES: return &(full_width_512() ? kMxfp4Lanes : kMxfp4LanesRows256)[decode_in_parts()];
     case GgmlType::Q8_0_X8: return full_width_512() ? &kQ80X8 : &kQ80X8Run256;
     case GgmlType::Q5_0: return &kQ50;
     case GgmlType::Q2_K: return &kQ2K;
@@ -561,8 +561,8 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::Q3_K: return &kQ3K;
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q4_K_LANES: return &kQ4KLanes;
-    case GgmlType::Q5_K: return &kQ5K;
-    case GgmlType::Q6_K: return &kQ6K;
+    case GgmlType::Q5_K: return &kQ5K[decode_in_parts()];
+    case GgmlType::Q6_K: return &kQ6K[decode_in_parts()];
     case GgmlType::Q1_0: return &kQ10;
     case GgmlType::Q2_0: return &kQ20;
     case GgmlType::NVFP4: return &kNvfp4;

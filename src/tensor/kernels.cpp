@@ -56,7 +56,7 @@ bool detect_full_width_512() {
   return !(id.vendor == "AuthenticAMD" && id.family == 0x19);
 }
 
-std::atomic<int> g_lane_parts{-1};  // -1: not yet chosen
+std::atomic<int> g_decode_parts{-1};  // -1: not yet chosen
 
 // The CPU's levels, found once; the prefetch setting and the lane rows' streams are chosen with them,
 // before any kernel is handed out.
@@ -66,11 +66,11 @@ unsigned supported_levels() {
     detail::g_prefetch = default_prefetch_setting(cpu);
     if (const char* v = std::getenv("K3_PREFETCH"); v && *v)
       detail::g_prefetch = parse_prefetch_setting(v, "K3_PREFETCH", detail::g_prefetch);
-    const char* streams = std::getenv("K3_LANE_STREAMS");
+    const char* streams = std::getenv("K3_DECODE_STREAMS");
     if (streams && *streams && std::strcmp(streams, "1") && std::strcmp(streams, "2"))
-      fail("K3_LANE_STREAMS=%s: expected 1 or 2", streams);
+      fail("K3_DECODE_STREAMS=%s: expected 1 or 2", streams);
     int unset = -1;  // a test's choice stands
-    g_lane_parts.compare_exchange_strong(
+    g_decode_parts.compare_exchange_strong(
         unset, streams && *streams ? *streams == '2' : cpu.intel(), std::memory_order_relaxed);
     return detect_isas();
   }();
@@ -206,12 +206,12 @@ bool full_width_512() {
 
 void set_full_width_512(bool on) { g_full_width.store(on, std::memory_order_relaxed); }
 
-bool lane_rows_in_parts() {
+bool decode_in_parts() {
   supported_levels();
-  return g_lane_parts.load(std::memory_order_relaxed);
+  return g_decode_parts.load(std::memory_order_relaxed);
 }
 
-void set_lane_rows_in_parts(bool on) { g_lane_parts.store(on, std::memory_order_relaxed); }
+void set_decode_in_parts(bool on) { g_decode_parts.store(on, std::memory_order_relaxed); }
 
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 

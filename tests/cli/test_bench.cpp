@@ -174,19 +174,19 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
 }
 
 // The lane layouts' decode rows: two streams a thread on Intel, one elsewhere, unless
-// K3_LANE_STREAMS says otherwise; bad values refused by name.
-TEST(Bench, LaneStreams) {
+// K3_DECODE_STREAMS says otherwise; bad values refused by name.
+TEST(Bench, DecodeStreams) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 1 --membw-mib 0 --json";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
   const int cpu = k3::cpu_ident().intel() ? 2 : 1;
   for (auto [env, want] : {std::pair<std::string, int>{"", cpu}, {"1", 1}, {"2", 2}}) {
     std::string out;
-    ASSERT_EQ(run((!env.empty() ? "K3_LANE_STREAMS=" + env + " " : std::string()) + cmd, &out), 0) << out;
-    EXPECT_EQ(json::parse(out.substr(out.find('{')))["lane_streams"], want) << env;
+    ASSERT_EQ(run((!env.empty() ? "K3_DECODE_STREAMS=" + env + " " : std::string()) + cmd, &out), 0) << out;
+    EXPECT_EQ(json::parse(out.substr(out.find('{')))["decode_streams"], want) << env;
   }
   for (const char* env : {"0", "3", "two", "2x"}) {
     std::string out;
-    EXPECT_NE(run("K3_LANE_STREAMS=" + std::string(env) + " " + cmd, &out), 0) << env;
-    EXPECT_NE(out.find("K3_LANE_STREAMS=" + std::string(env) + ": expected 1 or 2"), std::string::npos) << out;
+    EXPECT_NE(run("K3_DECODE_STREAMS=" + std::string(env) + " " + cmd, &out), 0) << env;
+    EXPECT_NE(out.find("K3_DECODE_STREAMS=" + std::string(env) + ": expected 1 or 2"), std::string::npos) << out;
   }
 }

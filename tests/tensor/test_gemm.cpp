@@ -83,34 +83,49 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
   return cs.rows * cs.tokens;
 }
 
+// Q5_K and Q6_K have decode rows (their tile over two rows, in parts) where decode_in_parts asks for
+// them, else none (vec_dot a row): both forms are checked, and that the table follows the switch.
+bool switched(T t) { return t == T::Q5_K || t == T::Q6_K; }
+
 TEST(Gemm, BitIdenticalToVecDot) {
   // n: short rows (2, 4 and 7 blocks: one short 8-block group; 128 is ssm_f_b's width), whole
   // groups, groups plus tail blocks; for the float types also non-multiples of 16 and 64.
   const int64_t ns_block[] = {64, 128, 224, 512, 1120, 2048};
   const int64_t ns_float[] = {48, 64, 200, 1120, 1043};
+  struct Restore {  // the CPU's own form again, also when an assertion ends the test
+    bool parts = decode_in_parts();
+    ~Restore() { set_decode_in_parts(parts); }
+  } restore;
   for (Isa isa : kAllIsas) {
     if (!isa_supported(isa)) continue;
-    for (T t : kTypes) {
-      const bool is_float = t == T::F32 || t == T::F16 || t == T::BF16;
-      int64_t compared = 0;
-      uint32_t seed = 1;
-      for (int64_t n : is_float ? std::vector<int64_t>(std::begin(ns_float), std::end(ns_float))
-                                : std::vector<int64_t>(std::begin(ns_block), std::end(ns_block))) {
-        if (n % type_info(t).block || n % type_info(kernels(t, isa).vec_dot_type).block) continue;
-        for (int64_t rows : {1, 2, 3, 7})
-          for (int64_t tokens : {1, 2, 3, 5, 9}) compared += check(t, isa, {n, rows, tokens}, seed++);
+    for (T t : kTypes)
+      for (bool parts : {false, true}) {
+        if (!parts && !switched(t)) continue;
+        set_decode_in_parts(parts);
+        if (const GemmKernel* g = gemm_kernel(t, isa); g && switched(t)) {
+          EXPECT_EQ(g->rows != nullptr, parts) << type_name(t) << " " << isa_name(isa);
+          EXPECT_EQ(g->rows_in_parts, parts) << type_name(t) << " " << isa_name(isa);
+        }
+        const bool is_float = t == T::F32 || t == T::F16 || t == T::BF16;
+        int64_t compared = 0;
+        uint32_t seed = 1;
+        for (int64_t n : is_float ? std::vector<int64_t>(std::begin(ns_float), std::end(ns_float))
+                                  : std::vector<int64_t>(std::begin(ns_block), std::end(ns_block))) {
+          if (n % type_info(t).block || n % type_info(kernels(t, isa).vec_dot_type).block) continue;
+          for (int64_t rows : {1, 2, 3, 7})
+            for (int64_t tokens : {1, 2, 3, 5, 9}) compared += check(t, isa, {n, rows, tokens}, seed++);
+        }
+        // Every token count 2..33 on one shape.
+        const int64_t n = is_float ? 200 : type_info(t).block == 256 ? 768 : 1120;
+        if (n % type_info(t).block == 0)
+          for (int64_t tokens = 2; tokens <= 33; ++tokens) compared += check(t, isa, {n, 5, tokens}, seed++);
+        // A kernel that takes its own token count a call (the lattice types): around it and past twice it.
+        if (const GemmKernel* g = gemm_kernel(t, isa); g && g->tokens > 0)
+          for (int64_t tokens : {g->tokens - 1, g->tokens, g->tokens + 1, 2 * g->tokens + 3})
+            compared += check(t, isa, {n, 3, tokens}, seed++);
+        const bool expect_tile = isa != Isa::Scalar && t != T::IQ4_XS;
+        EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
       }
-      // Every token count 2..33 on one shape.
-      const int64_t n = is_float ? 200 : type_info(t).block == 256 ? 768 : 1120;
-      if (n % type_info(t).block == 0)
-        for (int64_t tokens = 2; tokens <= 33; ++tokens) compared += check(t, isa, {n, 5, tokens}, seed++);
-      // A kernel that takes its own token count a call (the lattice types): around it and past twice it.
-      if (const GemmKernel* g = gemm_kernel(t, isa); g && g->tokens > 0)
-        for (int64_t tokens : {g->tokens - 1, g->tokens, g->tokens + 1, 2 * g->tokens + 3})
-          compared += check(t, isa, {n, 3, tokens}, seed++);
-      const bool expect_tile = isa != Isa::Scalar && t != T::IQ4_XS;
-      EXPECT_EQ(compared > 0, expect_tile) << type_name(t) << " " << isa_name(isa);
-    }
   }
 }
 

@@ -175,20 +175,20 @@ TEST(Repack, SameValuesSameReferenceBits) {
 // that are not aligned; every exponent meets every lane (exponent = base + block index). At AVX-512
 // both forms of the table (full_width_512: the 512-bit decode rows and Q8_0_X8's 512-bit prefill
 // tiles, or the 256-bit ones); at every level the rows that may run either way (the 256-bit
-// Q4_K_LANES rows, the MXFP4_LANES rows) in one part and in two (lane_rows_in_parts), whichever
+// Q4_K_LANES rows, the MXFP4_LANES rows) in one part and in two (decode_in_parts), whichever
 // this CPU uses.
 TEST(Repack, TilesAndRowsGiveReferenceBits) {
   std::mt19937 rng(9);
   struct Restore {  // the CPU's own forms again, also when an assertion ends the test
-    bool full = full_width_512(), parts = lane_rows_in_parts();
-    ~Restore() { set_full_width_512(full), set_lane_rows_in_parts(parts); }
+    bool full = full_width_512(), parts = decode_in_parts();
+    ~Restore() { set_full_width_512(full), set_decode_in_parts(parts); }
   } restore;
   for (auto [file, lanes] : kPairs)
     for (Isa isa : simd_isas())
       for (int form = 0; form < 4; ++form) {
         const bool full_width = form < 2, parts = form % 2;
         if (!full_width && isa != Isa::Avx512) continue;
-        set_full_width_512(full_width), set_lane_rows_in_parts(parts);
+        set_full_width_512(full_width), set_decode_in_parts(parts);
         const std::string how = std::string(full_width ? "" : " (256-bit rows)") + (parts ? " (rows in parts)" : "");
         const GemmKernel* g = gemm_kernel(lanes, isa);
         ASSERT_NE(g, nullptr) << isa_name(isa);
