@@ -58,7 +58,7 @@ bool detect_full_width_512() {
 
 std::atomic<int> g_decode_parts{-1};  // -1: not yet chosen
 
-// The CPU's levels, found once; the prefetch setting and the lane rows' streams are chosen with them,
+// The CPU's levels, found once; the prefetch setting and the decode rows' streams are chosen with them,
 // before any kernel is handed out.
 unsigned supported_levels() {
   static const unsigned levels = [] {

@@ -173,7 +173,7 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
   std::filesystem::remove(node);
 }
 
-// The lane layouts' decode rows: two streams a thread on Intel, one elsewhere, unless
+// The switchable decode rows (decode_in_parts): two streams a thread on Intel, one elsewhere, unless
 // K3_DECODE_STREAMS says otherwise; bad values refused by name.
 TEST(Bench, DecodeStreams) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 1 --membw-mib 0 --json";
