@@ -506,8 +506,14 @@ constexpr GemmKernel float_kernel() {
   return {no_pack_size, nullptr, run_tiles<FloatGemm<load16, at>>, nullptr, 0, false, few_parts<FloatGemm<load16, at, kFewPrefetch>>};
 }
 constexpr GemmKernel kF32 = float_kernel<load16_f32, f32_at, 0>();
-constexpr GemmKernel kF16 = float_kernel<load16_f16, f16_at, 128>();
-constexpr GemmKernel kBf16 = {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>};
+// [decode_in_parts()]: decode by vec_dot a row, or by the tile over two rows in parts (kernels.h).
+constexpr GemmKernel kF16[2] = {
+    float_kernel<load16_f16, f16_at, 128>(),
+    {no_pack_size, nullptr, run_tiles<FloatGemm<load16_f16, f16_at>>, decode_parts<FloatGemm<load16_f16, f16_at, 128>, 2>, 0,
+     true, few_parts<FloatGemm<load16_f16, f16_at, 128>>}};
+constexpr GemmKernel kBf16[2] = {
+    {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>},
+    {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, decode_parts<Bf16Gemm<true>, 2>, 0, true, few_parts<Bf16Gemm<true>>}};
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
 constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
@@ -547,8 +553,8 @@ namespace detail {
 const GemmKernel* gemm_kernel_avx512(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return &kF32;
-    case GgmlType::F16: return &kF16;
-    case GgmlType::BF16: return &kBf16;
+    case GgmlType::F16: return &kF16[decode_in_parts()];
+    case GgmlType::BF16: return &kBf16[decode_in_parts()];
     case GgmlType::Q8_0: return &kQ80;
     case GgmlType::Q4_0: return &kQ40;
     case GgmlType::IQ4_NL: return &kIq4nl;

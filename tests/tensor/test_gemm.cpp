@@ -83,9 +83,10 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
   return cs.rows * cs.tokens;
 }
 
-// Q5_K and Q6_K have decode rows (their tile over two rows, in parts) where decode_in_parts asks for
-// them, else none (vec_dot a row): both forms are checked, and that the table follows the switch.
-bool switched(T t) { return t == T::Q5_K || t == T::Q6_K; }
+// F16, BF16, Q5_K and Q6_K have decode rows (their tile over two rows, in parts) where
+// decode_in_parts asks for them, else none (vec_dot a row): both forms are checked, and that the
+// table follows the switch.
+bool switched(T t) { return t == T::F16 || t == T::BF16 || t == T::Q5_K || t == T::Q6_K; }
 
 TEST(Gemm, BitIdenticalToVecDot) {
   // n: short rows (2, 4 and 7 blocks: one short 8-block group; 128 is ssm_f_b's width), whole
