@@ -51,7 +51,8 @@ struct GemmKernel {
 // level also has decode rows for the 32-element block types and the lane layouts (their 256-bit
 // forms, AVX-512 included, but for Q8_0_X8's decode rows (and its tiles where 512-bit operations
 // run at full width), MXFP4_LANES' tiles and Q4_K_LANES' rows and tiles, 512-bit there), and for
-// F16, BF16, Q5_K and Q6_K where decode_in_parts (kernels.h) asks for two streams a thread.
+// F16, BF16, Q5_K, Q6_K and (256-bit) F32 where decode_in_parts (kernels.h) asks for two streams a
+// thread.
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,

@@ -505,6 +505,8 @@ template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64
 constexpr GemmKernel float_kernel() {
   return {no_pack_size, nullptr, run_tiles<FloatGemm<load16, at>>, nullptr, 0, false, few_parts<FloatGemm<load16, at, kFewPrefetch>>};
 }
+// F32 decodes by vec_dot a row at either setting of decode_in_parts: it reads 0.93-0.98 of the probe
+// from DRAM here, the tile over two rows in parts no more (bench_kernels matvec/f32, docs/notes/i37o.md).
 constexpr GemmKernel kF32 = float_kernel<load16_f32, f32_at, 0>();
 // [decode_in_parts()]: decode by vec_dot a row, or by the tile over two rows in parts (kernels.h).
 constexpr GemmKernel kF16[2] = {
