@@ -532,7 +532,7 @@ void register_all() {
   benchmark::RegisterBenchmark("pool/run", BM_pool_region, false)->Arg(2);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
   for (T t : {T::Q4_K, T::Q4_K_LANES, T::Q8_0, T::Q8_0_X8, T::MXFP4, T::MXFP4_LANES, T::Q2_K, T::Q3_K, T::Q5_K, T::Q6_K,
-              T::F32, T::F16, T::BF16})
+              T::F32, T::F16, T::BF16, T::Q4_0, T::IQ4_NL})
     for (Isa isa : isas()) {
       if (isa == Isa::Scalar) continue;  // minutes per pass; not a bandwidth candidate
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)

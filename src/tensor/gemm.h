@@ -52,7 +52,7 @@ struct GemmKernel {
 // forms, AVX-512 included, but for Q8_0_X8's decode rows (and its tiles where 512-bit operations
 // run at full width), MXFP4_LANES' tiles and Q4_K_LANES' rows and tiles, 512-bit there), and for
 // F16, BF16, Q5_K, Q6_K and (256-bit) F32 where decode_in_parts (kernels.h) asks for two streams a
-// thread.
+// thread (as the Q4_0, IQ4_NL and MXFP4 rows then take them).
 const GemmKernel* gemm_kernel(GgmlType t, Isa isa);
 
 // y[t * ldy + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for r < n_rows, t < n_tok,

@@ -517,9 +517,9 @@ constexpr GemmKernel kBf16[2] = {
     {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>},
     {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, decode_parts<Bf16Gemm<true>, 2>, 0, true, few_parts<Bf16Gemm<true>>}};
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
-constexpr GemmKernel kQ40 = block32_kernel<Q40B>();
-constexpr GemmKernel kIq4nl = block32_kernel<Iq4nlB>();
-constexpr GemmKernel kMxfp4 = block32_kernel<Mxfp4B>();
+constexpr std::array<GemmKernel, 2> kQ40 = block32_kernels<Q40B>();
+constexpr std::array<GemmKernel, 2> kIq4nl = block32_kernels<Iq4nlB>();
+constexpr std::array<GemmKernel, 2> kMxfp4 = block32_kernels<Mxfp4B>();
 // [decode_in_parts()]
 constexpr GemmKernel kMxfp4Lanes[2] = {lanes_kernel<Mxfp4LanesW, false>(), lanes_kernel<Mxfp4LanesW, true>()};
 constexpr GemmKernel kMxfp4LanesRows256[2] = {lanes_kernel<Mxfp4LanesW, false, false>(),
@@ -558,9 +558,9 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::F16: return &kF16[decode_in_parts()];
     case GgmlType::BF16: return &kBf16[decode_in_parts()];
     case GgmlType::Q8_0: return &kQ80;
-    case GgmlType::Q4_0: return &kQ40;
-    case GgmlType::IQ4_NL: return &kIq4nl;
-    case GgmlType::MXFP4: return &kMxfp4;
+    case GgmlType::Q4_0: return &kQ40[decode_in_parts()];
+    case GgmlType::IQ4_NL: return &kIq4nl[decode_in_parts()];
+    case GgmlType::MXFP4: return &kMxfp4[decode_in_parts()];
     case GgmlType::MXFP4_LANES: return &(full_width_512() ? kMxfp4Lanes : kMxfp4LanesRows256)[decode_in_parts()];
     case GgmlType::Q8_0_X8: return full_width_512() ? &kQ80X8 : &kQ80X8Run256;
     case GgmlType::Q5_0: return &kQ50;
