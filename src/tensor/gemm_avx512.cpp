@@ -509,13 +509,10 @@ constexpr GemmKernel float_kernel() {
 // from DRAM here, the tile over two rows in parts no more (bench_kernels matvec/f32, docs/notes/i37o.md).
 constexpr GemmKernel kF32 = float_kernel<load16_f32, f32_at, 0>();
 // [decode_in_parts()]: decode by vec_dot a row, or by the tile over two rows in parts (kernels.h).
-constexpr GemmKernel kF16[2] = {
-    float_kernel<load16_f16, f16_at, 128>(),
-    {no_pack_size, nullptr, run_tiles<FloatGemm<load16_f16, f16_at>>, decode_parts<FloatGemm<load16_f16, f16_at, 128>, 2>, 0,
-     true, few_parts<FloatGemm<load16_f16, f16_at, 128>>}};
-constexpr GemmKernel kBf16[2] = {
-    {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>},
-    {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, decode_parts<Bf16Gemm<true>, 2>, 0, true, few_parts<Bf16Gemm<true>>}};
+constexpr std::array<GemmKernel, 2> kF16 =
+    with_rows_in_parts<FloatGemm<load16_f16, f16_at, 128>>(float_kernel<load16_f16, f16_at, 128>());
+constexpr std::array<GemmKernel, 2> kBf16 = with_rows_in_parts<Bf16Gemm<true>>(
+    {no_pack_size, nullptr, run_tiles<Bf16Gemm<false>>, nullptr, 0, false, few_parts<Bf16Gemm<true>>});
 constexpr GemmKernel kQ80 = elem_kernel<Q80E>();
 constexpr std::array<GemmKernel, 2> kQ40 = block32_kernels<Q40B>();
 constexpr std::array<GemmKernel, 2> kIq4nl = block32_kernels<Iq4nlB>();
