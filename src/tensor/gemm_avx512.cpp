@@ -518,10 +518,9 @@ constexpr std::array<GemmKernel, 2> kQ40 = block32_kernels<Q40B>();
 constexpr std::array<GemmKernel, 2> kIq4nl = block32_kernels<Iq4nlB>();
 constexpr std::array<GemmKernel, 2> kMxfp4 = block32_kernels<Mxfp4B>();
 // [decode_in_parts()]
-constexpr GemmKernel kMxfp4Lanes[2] = {lanes_kernel<Mxfp4LanesW, false>(), lanes_kernel<Mxfp4LanesW, true>()};
-constexpr GemmKernel kMxfp4LanesRows256[2] = {lanes_kernel<Mxfp4LanesW, false, false>(),
-                                              lanes_kernel<Mxfp4LanesW, true, false>()};
-constexpr GemmKernel kQ4KLanes = q4kl_kernel<Q4KlW512, Q4KlDot512, true, Q4KlPairGemm<2, 8>>();
+constexpr std::array<GemmKernel, 2> kMxfp4Lanes = lanes_kernels<Mxfp4LanesW>();
+constexpr std::array<GemmKernel, 2> kMxfp4LanesRows256 = lanes_kernels<Mxfp4LanesW, false>();
+constexpr GemmKernel kQ4KLanes = q4kl_kernels<Q4KlW512, Q4KlDot512, Q4KlPairGemm<2, 8>>()[1];
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E, true>();
 constexpr GemmKernel kQ80X8Run256 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
