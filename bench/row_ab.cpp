@@ -135,8 +135,8 @@ RowPair random_pair(std::mt19937& rng, GgmlType t, GgmlType at, int64_t n) {
   return p;
 }
 
-// The MXFP4 lane layout's decode entry (GemmKernel::rows as each tree builds it) over 8 copies of a
-// row a call, so that a form that splits its rows in parts runs as in the model.
+// The MXFP4 lane layout's decode entry (one row a step: K3_AB_LANES) over 8 copies of a
+// row a call.
 bool run_lanes(const GemmKernel& ka, const GemmKernel& kb, const GemmKernel& kc) {
   bool ok = true;
   std::mt19937 rng(1);
@@ -247,10 +247,16 @@ K3_AB_DOTS(vb)
 K3_AB_DOTS(vc)
 }  // namespace k3
 
+// The decode entries, one row a step, from names both trees have (the kernel tables' factories
+// change shape from one revision to the next).
+#ifdef K3_AVX512
+#define K3_AB_LANES(ns) {ns::lanes_packed_size, ns::lanes_pack, nullptr, ns::decode_rows<ns::LanesTile512<ns::Mxfp4LanesW, true>>}
+#else
+#define K3_AB_LANES(ns) {ns::lanes_packed_size, ns::lanes_pack, nullptr, ns::decode_rows<ns::LanesTile<ns::Mxfp4LanesW>>}
+#endif
+#define K3_AB_Q4KL(ns) {ns::q4kl_packed_size, ns::q4kl_pack, nullptr, ns::decode_rows<ns::Q4KlRows<ns::Q4KlW, ns::Q4KlDot>>}
 namespace {
-constexpr k3::GemmKernel kQ4KlA = k3::va::q4kl_kernel<k3::va::Q4KlW, k3::va::Q4KlDot>();
-constexpr k3::GemmKernel kQ4KlB = k3::vb::q4kl_kernel<k3::vb::Q4KlW, k3::vb::Q4KlDot>();
-constexpr k3::GemmKernel kQ4KlC = k3::vc::q4kl_kernel<k3::vc::Q4KlW, k3::vc::Q4KlDot>();
+constexpr k3::GemmKernel kQ4KlA = K3_AB_Q4KL(k3::va), kQ4KlB = K3_AB_Q4KL(k3::vb), kQ4KlC = K3_AB_Q4KL(k3::vc);
 }  // namespace
 
 int main() {
@@ -259,8 +265,7 @@ int main() {
       T::MXFP4, T::MXFP4, "mxfp4", va::b32_pack, vb::b32_pack);
   ok = run<va::ElemTile<va::Q80E>, vb::ElemTile<vb::Q80E>, vc::ElemTile<vc::Q80E>>(
            T::Q8_0, T::Q8_0, "q8_0", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
-  static constexpr GemmKernel la = va::lanes_kernel<va::Mxfp4LanesW>(), lb = vb::lanes_kernel<vb::Mxfp4LanesW>(),
-                             lc = vc::lanes_kernel<vc::Mxfp4LanesW>();
+  static constexpr GemmKernel la = K3_AB_LANES(va), lb = K3_AB_LANES(vb), lc = K3_AB_LANES(vc);
   ok = run_lanes(la, lb, lc) && ok;
   ok = run<va::ElemTile<va::Q80X8E>, vb::ElemTile<vb::Q80X8E>, vc::ElemTile<vc::Q80X8E>>(
            T::Q8_0, T::Q8_0_X8, "q8_0x8", va::elem_pack<va::Q80E::kBias>, vb::elem_pack<vb::Q80E::kBias>) && ok;
