@@ -1,6 +1,8 @@
 #include "tensor/matvec.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "tensor/gemm.h"
@@ -12,21 +14,35 @@ namespace k3 {
 namespace {
 
 // Weight bytes per work chunk: about `per_thread` claims per thread in a region, within
-// [kMinChunkBytes, max_bytes]. Long contiguous streams per claim pay: on Zen 4 at 2 threads
+// [kMinChunkBytes, max]. Long contiguous streams per claim pay: on Zen 4 at 2 threads
 // a token's decode ran 30 % (AVX2) and 11 % (AVX-512) faster than with fixed 64 KB chunks
 // (docs/performance.md, "Threads and chunks"); the pieces are still fine enough that a preempted thread's
 // share is soon taken over, and a small matrix still splits over the threads. On Intel a chunk's
 // start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.04x as
-// fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md); AMD keeps
-// the Zen 4 figures (unmeasured there).
+// fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md; with the
+// rows in two streams every other rule 0.95-1.02x, i37p.md); AMD keeps the Zen 4 figures
+// (unmeasured there: K3_DECODE_CHUNKS tries others).
 constexpr size_t kMinChunkBytes = 64 * 1024;
-struct ChunkRule {
-  size_t per_thread, max_bytes;
-};
-const ChunkRule& chunk_rule() {
-  static const ChunkRule rule = cpu_ident().intel() ? ChunkRule{2, 1024 * 1024} : ChunkRule{4, 512 * 1024};
+DecodeChunks parse_decode_chunks(const char* v) {
+  int claims = 0, kib = 0, used = 0;
+  if (std::sscanf(v, "%d:%d%n", &claims, &kib, &used) != 2 || v[used] || claims < 1 || claims > 64 || kib < 64 ||
+      kib > 65536)
+    fail("K3_DECODE_CHUNKS=%s: expected CLAIMS:KIB, 1-64 claims a thread of at most 64-65536 KiB", v);
+  return {claims, static_cast<size_t>(kib)};
+}
+}  // namespace
+
+DecodeChunks decode_chunks() {
+  static const DecodeChunks rule = [] {
+    const char* v = std::getenv("K3_DECODE_CHUNKS");
+    if (v && *v) return parse_decode_chunks(v);
+    return cpu_ident().intel() ? DecodeChunks{2, 1024} : DecodeChunks{4, 512};
+  }();
   return rule;
 }
+
+namespace {
+
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
 
@@ -191,9 +207,9 @@ void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64
     for (size_t j = 0; j < group; ++j) row_bytes[g] += mv[g * group + j].w.nb1;
     bytes += row_bytes[g] * static_cast<size_t>(mv[g * group].w.ne1);
   }
-  const ChunkRule& rule = chunk_rule();
-  const size_t chunk_bytes =
-      std::clamp(bytes / (static_cast<size_t>(pool.size()) * rule.per_thread), kMinChunkBytes, rule.max_bytes);
+  const DecodeChunks rule = decode_chunks();
+  const size_t chunk_bytes = std::clamp(bytes / (static_cast<size_t>(pool.size()) * rule.per_thread), kMinChunkBytes,
+                                        rule.max_kib * 1024);
   first[0] = 0;
   for (size_t g = 0; g < n_groups; ++g) {
     const int64_t ne1 = mv[g * group].w.ne1;

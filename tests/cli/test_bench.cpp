@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "gguf/gguf.h"
@@ -175,6 +176,25 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
 
 // The switchable decode rows (decode_in_parts): two streams a thread on Intel, one elsewhere, unless
 // K3_DECODE_STREAMS says otherwise; bad values refused by name.
+TEST(Bench, DecodeChunks) {
+  const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 2 --membw-mib 0 --json";
+  std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
+  const bool intel = k3::cpu_ident().intel();
+  for (auto [env, claims, kib] : {std::tuple<std::string, int, int>{"", intel ? 2 : 4, intel ? 1024 : 512},
+                                  {"4:512", 4, 512}, {"1:65536", 1, 65536}, {"64:64", 64, 64}}) {
+    std::string out;
+    ASSERT_EQ(run((!env.empty() ? "K3_DECODE_CHUNKS=" + env + " " : std::string()) + cmd, &out), 0) << out;
+    const json j = json::parse(out.substr(out.find('{')))["decode_chunks"];
+    EXPECT_EQ(j["per_thread"], claims) << env;
+    EXPECT_EQ(j["max_kib"], kib) << env;
+  }
+  for (const char* env : {"0:512", "65:512", "4:32", "4:70000", "4", "4:512x", "x:512", ":"}) {
+    std::string out;
+    EXPECT_NE(run("K3_DECODE_CHUNKS=" + std::string(env) + " " + cmd, &out), 0) << env;
+    EXPECT_NE(out.find("K3_DECODE_CHUNKS=" + std::string(env) + ": expected CLAIMS:KIB"), std::string::npos) << out;
+  }
+}
+
 TEST(Bench, DecodeStreams) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 1 --membw-mib 0 --json";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
