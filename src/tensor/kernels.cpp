@@ -4,6 +4,7 @@
 #include <cpuid.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -57,6 +58,15 @@ bool detect_full_width_512() {
 }
 
 std::atomic<int> g_decode_parts{-1};  // -1: not yet chosen
+DecodeChunks g_decode_chunks;
+
+DecodeChunks parse_decode_chunks(const char* v) {
+  int claims = 0, kib = 0, used = 0;
+  if (std::sscanf(v, "%d:%d%n", &claims, &kib, &used) != 2 || v[used] || claims < 1 || claims > 64 || kib < 64 ||
+      kib > 65536)
+    fail("K3_DECODE_CHUNKS=%s: expected CLAIMS:KIB, 1-64 claims a thread of at most 64-65536 KiB", v);
+  return {claims, static_cast<size_t>(kib)};
+}
 
 // The CPU's levels, found once; the prefetch setting and the decode rows' streams are chosen with them,
 // before any kernel is handed out.
@@ -69,6 +79,8 @@ unsigned supported_levels() {
     const char* streams = std::getenv("K3_DECODE_STREAMS");
     if (streams && *streams && std::strcmp(streams, "1") && std::strcmp(streams, "2"))
       fail("K3_DECODE_STREAMS=%s: expected 1 or 2", streams);
+    const char* chunks = std::getenv("K3_DECODE_CHUNKS");
+    g_decode_chunks = chunks && *chunks ? parse_decode_chunks(chunks) : cpu.intel() ? DecodeChunks{2, 1024} : DecodeChunks{4, 512};
     int unset = -1;  // a test's choice stands
     g_decode_parts.compare_exchange_strong(
         unset, streams && *streams ? *streams == '2' : cpu.intel(), std::memory_order_relaxed);
@@ -212,6 +224,11 @@ bool decode_in_parts() {
 }
 
 void set_decode_in_parts(bool on) { g_decode_parts.store(on, std::memory_order_relaxed); }
+
+DecodeChunks decode_chunks() {
+  supported_levels();
+  return g_decode_chunks;
+}
 
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 

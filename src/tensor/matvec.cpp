@@ -1,8 +1,6 @@
 #include "tensor/matvec.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "common/error.h"
 #include "tensor/gemm.h"
@@ -21,28 +19,8 @@ namespace {
 // start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.04x as
 // fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md; with the
 // rows in two streams every other rule 0.95-1.02x, i37p.md); AMD keeps the Zen 4 figures
-// (unmeasured there: K3_DECODE_CHUNKS tries others).
+// (unmeasured there: K3_DECODE_CHUNKS tries others). The rule: decode_chunks (kernels.h).
 constexpr size_t kMinChunkBytes = 64 * 1024;
-DecodeChunks parse_decode_chunks(const char* v) {
-  int claims = 0, kib = 0, used = 0;
-  if (std::sscanf(v, "%d:%d%n", &claims, &kib, &used) != 2 || v[used] || claims < 1 || claims > 64 || kib < 64 ||
-      kib > 65536)
-    fail("K3_DECODE_CHUNKS=%s: expected CLAIMS:KIB, 1-64 claims a thread of at most 64-65536 KiB", v);
-  return {claims, static_cast<size_t>(kib)};
-}
-}  // namespace
-
-DecodeChunks decode_chunks() {
-  static const DecodeChunks rule = [] {
-    const char* v = std::getenv("K3_DECODE_CHUNKS");
-    if (v && *v) return parse_decode_chunks(v);
-    return cpu_ident().intel() ? DecodeChunks{2, 1024} : DecodeChunks{4, 512};
-  }();
-  return rule;
-}
-
-namespace {
-
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
 

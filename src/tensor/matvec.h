@@ -26,17 +26,8 @@ struct Matvec {
 // as matmul converts it; returns x itself when that type is F32. n must suit the type's block size.
 const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::vector<uint8_t>& buf);
 
-// How a region's rows are cut: about per_thread chunks a thread, each at most max_kib KiB of weights
-// (and at least 64 KiB). Intel 2 of <= 1024, other CPUs 4 of <= 512; K3_DECODE_CHUNKS=CLAIMS:KIB
-// sets it (benchmarks; an invalid value fails with a message naming the variable).
-struct DecodeChunks {
-  int per_thread;
-  size_t max_kib;
-};
-DecodeChunks decode_chunks();
-
 // Runs mv[0..n) in one region. Consecutive runs of `group` (<= 8) products (equal ne1) form a group; the
-// rows of every group are cut into chunks (decode_chunks; a multiple of `row_align` rows),
+// rows of every group are cut into chunks (decode_chunks, kernels.h; a multiple of `row_align` rows),
 // claimed dynamically, and a chunk covers the same rows [r0, r1) of each product of its group, read
 // row by row across the group. After a chunk, then(g, r0, r1) runs on the same thread (may be empty),
 // so the group's outputs for those rows can be combined there. Products under 64 KB in all run on
