@@ -22,7 +22,6 @@
 #include "model/registry.h"
 #include "model/trace.h"
 #include "tensor/kernels.h"
-#include "tensor/matvec.h"
 #include "tensor/membw.h"
 #include "tokenizer/tokenizer.h"
 
