@@ -174,8 +174,8 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
   std::filesystem::remove(node);
 }
 
-// The switchable decode rows (decode_in_parts): two streams a thread on Intel, one elsewhere, unless
-// K3_DECODE_STREAMS says otherwise; bad values refused by name.
+// The decode chunk rule (decode_chunks): 2 chunks a thread of at most 1 MiB on Intel, 4 of 512 KiB
+// elsewhere, unless K3_DECODE_CHUNKS says otherwise; bad values refused by name.
 TEST(Bench, DecodeChunks) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 2 --membw-mib 0 --json";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
@@ -195,6 +195,8 @@ TEST(Bench, DecodeChunks) {
   }
 }
 
+// The switchable decode rows (decode_in_parts): two streams a thread on Intel, one elsewhere, unless
+// K3_DECODE_STREAMS says otherwise; bad values refused by name.
 TEST(Bench, DecodeStreams) {
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 1 --membw-mib 0 --json";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
