@@ -80,7 +80,7 @@ unsigned supported_levels() {
     if (streams && *streams && std::strcmp(streams, "1") && std::strcmp(streams, "2"))
       fail("K3_DECODE_STREAMS=%s: expected 1 or 2", streams);
     const char* chunks = std::getenv("K3_DECODE_CHUNKS");
-    g_decode_chunks = chunks && *chunks ? parse_decode_chunks(chunks) : cpu.intel() ? DecodeChunks{2, 1024} : DecodeChunks{4, 512};
+    g_decode_chunks = chunks && *chunks ? parse_decode_chunks(chunks) : default_decode_chunks(cpu);
     int unset = -1;  // a test's choice stands
     g_decode_parts.compare_exchange_strong(
         unset, streams && *streams ? *streams == '2' : cpu.intel(), std::memory_order_relaxed);
@@ -224,6 +224,12 @@ bool decode_in_parts() {
 }
 
 void set_decode_in_parts(bool on) { g_decode_parts.store(on, std::memory_order_relaxed); }
+
+DecodeChunks default_decode_chunks(const CpuIdent& cpu) {
+  if (cpu.intel()) return {2, 1024};
+  if (cpu.vendor == "AuthenticAMD" && cpu.family == 0x1A) return {1, 4096};
+  return {4, 512};
+}
 
 DecodeChunks decode_chunks() {
   supported_levels();

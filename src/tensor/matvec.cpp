@@ -18,8 +18,11 @@ namespace {
 // share is soon taken over, and a small matrix still splits over the threads. On Intel a chunk's
 // start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.04x as
 // fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md; with the
-// rows in two streams every other rule 0.95-1.02x, i37p.md); AMD keeps the Zen 4 figures
-// (unmeasured there: K3_DECODE_CHUNKS tries others). The rule: decode_chunks (kernels.h).
+// rows in two streams every other rule 0.95-1.02x, i37p.md). On Zen 5 one claim a thread of up
+// to 4 MB decodes 1.03-1.06x as fast at 2 threads as four of up to 512 KB (m64, m64-q4k; the
+// k3-slice 1.06x; i37q.md), though there a thread preempted inside its chunk holds up the region
+// for the rest of it. Zen 4 and older AMD keep four of up to 512 KB (unmeasured with the
+// others: K3_DECODE_CHUNKS tries them). The rule: decode_chunks (kernels.h).
 constexpr size_t kMinChunkBytes = 64 * 1024;
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;

@@ -174,13 +174,22 @@ TEST(Bench, RepackedBytesAndTheSameLogits) {
   std::filesystem::remove(node);
 }
 
-// The decode chunk rule (decode_chunks): 2 chunks a thread of at most 1 MiB on Intel, 4 of 512 KiB
-// elsewhere, unless K3_DECODE_CHUNKS says otherwise; bad values refused by name.
+// The decode chunk rule (decode_chunks): 2 chunks a thread of at most 1 MiB on Intel, 1 of 4 MiB on
+// AMD Zen 5, 4 of 512 KiB elsewhere, unless K3_DECODE_CHUNKS says otherwise; bad values refused by name.
 TEST(Bench, DecodeChunks) {
+  for (auto [vendor, family, claims, kib] : {std::tuple<const char*, unsigned, int, size_t>{"GenuineIntel", 6, 2, 1024},
+                                             {"AuthenticAMD", 0x1A, 1, 4096},
+                                             {"AuthenticAMD", 0x19, 4, 512},
+                                             {"AuthenticAMD", 0x17, 4, 512},
+                                             {"", 0, 4, 512}}) {
+    const k3::DecodeChunks rule = k3::default_decode_chunks({vendor, family, 0});
+    EXPECT_EQ(rule.per_thread, claims) << vendor << " family " << family;
+    EXPECT_EQ(rule.max_kib, kib) << vendor << " family " << family;
+  }
   const std::string cmd = k3_bin() + " bench -m " + tiny_model() + " -p 0 -n 2 -r 1 -t 2 --membw-mib 0 --json";
   std::printf("CPU: %s\n", k3::test::cpu_family().c_str());
-  const bool intel = k3::cpu_ident().intel();
-  for (auto [env, claims, kib] : {std::tuple<std::string, int, int>{"", intel ? 2 : 4, intel ? 1024 : 512},
+  const k3::DecodeChunks here = k3::default_decode_chunks(k3::cpu_ident());
+  for (auto [env, claims, kib] : {std::tuple<std::string, int, int>{"", here.per_thread, static_cast<int>(here.max_kib)},
                                   {"4:512", 4, 512}, {"1:65536", 1, 65536}, {"64:64", 64, 64}}) {
     std::string out;
     ASSERT_EQ(run((!env.empty() ? "K3_DECODE_CHUNKS=" + env + " " : std::string()) + cmd, &out), 0) << out;
