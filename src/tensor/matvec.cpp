@@ -12,17 +12,12 @@ namespace k3 {
 namespace {
 
 // Weight bytes per work chunk: about `per_thread` claims per thread in a region, within
-// [kMinChunkBytes, max]. Long contiguous streams per claim pay: on Zen 4 at 2 threads
-// a token's decode ran 30 % (AVX2) and 11 % (AVX-512) faster than with fixed 64 KB chunks
-// (docs/performance.md, "Threads and chunks"); the pieces are still fine enough that a preempted thread's
-// share is soon taken over, and a small matrix still splits over the threads. On Intel a chunk's
-// start costs more than the tail it saves: 2 claims a thread of up to 1 MB decode 1.015-1.04x as
-// fast at 2 threads as 4 of up to 512 KB, smaller chunks 0.93-1.00x (docs/notes/i37m.md; with the
-// rows in two streams every other rule 0.95-1.02x, i37p.md). On Zen 5 one claim a thread of up
-// to 4 MB decodes 1.03-1.06x as fast at 2 threads as four of up to 512 KB (m64, m64-q4k; the
-// k3-slice 1.06x; i37q.md), though there a thread preempted inside its chunk holds up the region
-// for the rest of it. Zen 4 and older AMD keep four of up to 512 KB (unmeasured with the
-// others: K3_DECODE_CHUNKS tries them). The rule: decode_chunks (kernels.h).
+// [kMinChunkBytes, max], by CPU (decode_chunks, kernels.h). Long contiguous streams a claim pay;
+// smaller pieces let a preempted thread's share be taken over and split a small matrix over the
+// threads. Zen 4: four claims of <= 512 KB decode 30 % (AVX2) / 11 % (AVX-512) faster at 2 threads
+// than fixed 64 KB chunks (docs/performance.md, "Threads and chunks"). Intel: a chunk's start costs
+// more than the tail it saves, 2 of <= 1 MB 1.015-1.04x (docs/notes/i37m.md, i37p.md). Zen 5: 1 of
+// <= 4 MB 1.03-1.06x against four of <= 512 KB (i37q.md).
 constexpr size_t kMinChunkBytes = 64 * 1024;
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
