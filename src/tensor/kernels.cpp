@@ -54,7 +54,7 @@ unsigned detect_isas() {
 
 bool detect_full_width_512() {
   const CpuIdent id = cpu_ident();
-  return !(id.vendor == "AuthenticAMD" && id.family == 0x19);
+  return !(id.amd() && id.family == 0x19);
 }
 
 std::atomic<int> g_decode_parts{-1};  // -1: not yet chosen
@@ -227,7 +227,7 @@ void set_decode_in_parts(bool on) { g_decode_parts.store(on, std::memory_order_r
 
 DecodeChunks default_decode_chunks(const CpuIdent& cpu) {
   if (cpu.intel()) return {2, 1024};
-  if (cpu.vendor == "AuthenticAMD" && cpu.family == 0x1A) return {1, 4096};
+  if (cpu.amd() && cpu.family == 0x1A) return {1, 4096};
   return {4, 512};
 }
 

@@ -29,7 +29,9 @@ void set_isa(Isa isa);
 struct CpuIdent {
   std::string vendor;
   unsigned family = 0, model = 0;
-  bool intel() const { return vendor == "GenuineIntel"; }  // the per-CPU tuning choices key on it
+  // the per-CPU tuning choices key on these
+  bool intel() const { return vendor == "GenuineIntel"; }
+  bool amd() const { return vendor == "AuthenticAMD"; }
 };
 CpuIdent cpu_ident();
 // Whether the CPU runs 512-bit operations at full width: not AMD Zen 4 (family 0x19), which splits

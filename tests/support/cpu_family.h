@@ -13,7 +13,7 @@ inline std::string cpu_family() {
   const CpuIdent id = cpu_ident();
   if (id.vendor.empty()) return "unknown CPU";
   const unsigned family = id.family, model = id.model;
-  const bool amd = id.vendor == "AuthenticAMD", intel = id.vendor == "GenuineIntel";
+  const bool amd = id.amd(), intel = id.intel();
   const char* zen = !amd ? nullptr
                     : family == 0x17 ? "Zen / Zen 2"
                     : family == 0x19 ? (model >= 0x10 && model < 0x20) || model >= 0x60 ? "Zen 4" : "Zen 3"
