@@ -175,6 +175,58 @@ TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
   set_isa(saved);
 }
 
+TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
+  // Chunks taken 1 KiB at a time (DecodeChunks::steal_kib): a thread out of chunks splits off the
+  // back half of another's untaken rows, so `then` sees ranges that start inside a chunk. Every row
+  // still reaches `then` once, in whole blocks of the alignment, after both products of its group,
+  // and every output is one vec_dot. Two groups of a Q2_K and a Q3_K product of 2048 x 700 (types
+  // whose rows take vec_dot on every CPU: a kernel that runs a chunk in one call is not split).
+  const DecodeChunks saved = decode_chunks();
+  set_decode_chunks({1, 4096, 1});
+  std::vector<Mat> mats;
+  for (int i = 0; i < 4; ++i) mats.push_back(make(i % 2 ? T::Q3_K : T::Q2_K, 2048, 700, 70 + i));
+  std::vector<float> x(2048);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(rng);
+  std::vector<uint8_t> buf_q, buf_m;
+  const int64_t group_row = static_cast<int64_t>(row_size(T::Q2_K, 2048) + row_size(T::Q3_K, 2048));
+  const int64_t total = 2 * 700 * group_row;
+  int inside = 0;  // ranges that start inside a chunk: split off another thread's
+  for (int n_threads : {2, 3}) {
+    ThreadPool pool(n_threads);
+    const int64_t grain = total / n_threads / group_row / 32 * 32;  // rows of a chunk: one a thread
+    for (int rep = 0; rep < 40; ++rep) {
+      std::vector<std::vector<float>> y(4, std::vector<float>(700, -1.0f));
+      std::vector<Matvec> mv;
+      for (int i = 0; i < 4; ++i)
+        mv.push_back({mats[i].view(), quantize_activation(mats[i].type, x.data(), 2048, i % 2 ? buf_m : buf_q), y[i].data()});
+      std::vector<std::atomic<int>> seen(2 * 700);
+      std::atomic<int> split{0};
+      matvec_batch(mv.data(), mv.size(), 2, pool, 32, [&](size_t g, int64_t r0, int64_t r1) {
+        ASSERT_EQ(r0 % 32, 0);
+        ASSERT_TRUE(r1 % 32 == 0 || r1 == 700) << r1;
+        if (r0 % grain != 0) split++;
+        for (int64_t r = r0; r < r1; ++r) {
+          ASSERT_NE(y[2 * g][r], -1.0f);
+          ASSERT_NE(y[2 * g + 1][r], -1.0f);
+          seen[g * 700 + r]++;
+        }
+      });
+      inside += split.load();
+      for (auto& c : seen) ASSERT_EQ(c.load(), 1) << n_threads << " threads, repetition " << rep;
+      for (int i = 0; i < 4; ++i)
+        for (int64_t r = 0; r < 700; ++r) {
+          float s;
+          kernels(mats[i].type).vec_dot(2048, &s, mats[i].w.data() + r * row_size(mats[i].type, 2048), mv[i].xq);
+          ASSERT_EQ(s, y[i][r]) << n_threads << " threads, product " << i << " row " << r;
+        }
+    }
+  }
+  set_decode_chunks(saved);
+  EXPECT_GT(inside, 0) << "no thread ever took over another's rows";
+}
+
 TEST(Matvec, LargeMatmulSameBitsAnyThreads) {
   const Mat m = make(T::Q8_0, 2048, 600, 1);  // 1.3 MB: many chunks
   std::vector<float> x(2048, 0.5f);
