@@ -47,20 +47,29 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   std::vector<const SegRows*>& seg_of = tls.seg_of;
   std::vector<LinearJob>& jobs = tls.jobs;
   std::vector<Block>& blocks = tls.blocks;
+  // The products of the layer input (1, 2 and the gate of 7) in one parallel region.
   scratch_zeros(q, T * nh * d_qk);
+  scratch_zeros(kv, T * row);
+  LinearJob in[3] = {{w.kv_a, x, kv.data()}};
+  size_t n_in = 1;
   if (hp.q_lora()) {
     scratch_zeros(qa, T * hp.q_lora_rank);
-    linear(ctx, w.q_a, x, T, qa.data());
+    in[n_in++] = {w.q_a, x, qa.data()};
+  } else {
+    in[n_in++] = {w.wq, x, q.data()};
+  }
+  if (w.attn_gate) {
+    scratch_zeros(gate, T * nh * d_v);
+    in[n_in++] = {w.attn_gate, x, gate.data()};
+  }
+  linear_batch(ctx, in, n_in, T);
+  if (hp.q_lora()) {
     norm_rows(ctx, qa.data(), w.q_a_norm.f32(), qa.data(), T, hp.q_lora_rank, eps);
     linear(ctx, w.q_b, qa.data(), T, q.data());
-  } else {
-    linear(ctx, w.wq, x, T, q.data());
   }
   trace("mla_q", q.data(), nh * d_qk);
 
   // 2-3. kv latent: cache row [rmsnorm(c) * kv_a_norm | k_pe], appended for all of a segment's tokens
-  scratch_zeros(kv, T * row);
-  linear(ctx, w.kv_a, x, T, kv.data());
   for (int64_t t = 0; t < T; ++t) ops::rmsnorm_mul(&kv[t * row], w.kv_a_norm.f32(), &kv[t * row], r_kv, eps);
   trace("mla_kv_row", kv.data(), row);
   seg_of.assign(T, nullptr);  // the segment of each row
@@ -190,10 +199,8 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   }
   trace("mla_attn", o.data(), nh * d_v);
 
-  // 7. output gate from the normed layer input
+  // 7. output gate from the normed layer input (its product above)
   if (w.attn_gate) {
-    scratch_zeros(gate, T * nh * d_v);
-    linear(ctx, w.attn_gate, x, T, gate.data());
     ops::sigmoid_n(gate.data(), static_cast<int64_t>(gate.size()));
     for (size_t i = 0; i < gate.size(); ++i) o[i] = o[i] * gate[i];
   }
