@@ -35,14 +35,19 @@ Mat make(T t, int64_t ne0, int64_t ne1, uint32_t seed) {
   return m;
 }
 
+std::vector<float> normal_input(int64_t n, uint32_t seed) {
+  std::vector<float> x(n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
 TEST(Matvec, BatchIsOneVecDotPerOutput) {
   // Four groups of two (gate/up-like pairs) over 1024 inputs: 2 x 4 x 200 rows, several chunks each.
   std::vector<Mat> mats;
   for (int i = 0; i < 8; ++i) mats.push_back(make(i % 3 ? T::MXFP4 : T::Q8_0, 1024, 200, 40 + i));
-  std::vector<float> x(1024);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& v : x) v = nd(rng);
+  const std::vector<float> x = normal_input(1024, 3);
   std::vector<uint8_t> buf_q, buf_m;
   const Isa saved = active_isa();
   for (Isa isa : kAllIsas) {  // decode rows on packed activations (AVX2, AVX-VNNI) or vec_dot
@@ -185,11 +190,10 @@ TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
   set_decode_chunks({1, 4096, 1});
   std::vector<Mat> mats;
   for (int i = 0; i < 4; ++i) mats.push_back(make(i % 2 ? T::Q3_K : T::Q2_K, 2048, 700, 70 + i));
-  std::vector<float> x(2048);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& v : x) v = nd(rng);
-  std::vector<uint8_t> buf_q, buf_m;
+  const std::vector<float> x = normal_input(2048, 5);
+  std::vector<uint8_t> buf;
+  ASSERT_EQ(kernels(T::Q3_K).vec_dot_type, kernels(T::Q2_K).vec_dot_type);
+  const void* xq = quantize_activation(T::Q2_K, x.data(), 2048, buf);  // one input for both types
   const int64_t group_row = static_cast<int64_t>(row_size(T::Q2_K, 2048) + row_size(T::Q3_K, 2048));
   const int64_t total = 2 * 700 * group_row;
   int inside = 0;  // ranges that start inside a chunk: split off another thread's
@@ -199,8 +203,7 @@ TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
     for (int rep = 0; rep < 40; ++rep) {
       std::vector<std::vector<float>> y(4, std::vector<float>(700, -1.0f));
       std::vector<Matvec> mv;
-      for (int i = 0; i < 4; ++i)
-        mv.push_back({mats[i].view(), quantize_activation(mats[i].type, x.data(), 2048, i % 2 ? buf_m : buf_q), y[i].data()});
+      for (int i = 0; i < 4; ++i) mv.push_back({mats[i].view(), xq, y[i].data()});
       std::vector<std::atomic<int>> seen(2 * 700);
       std::atomic<int> split{0};
       matvec_batch(mv.data(), mv.size(), 2, pool, 32, [&](size_t g, int64_t r0, int64_t r1) {
@@ -218,7 +221,7 @@ TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
       for (int i = 0; i < 4; ++i)
         for (int64_t r = 0; r < 700; ++r) {
           float s;
-          kernels(mats[i].type).vec_dot(2048, &s, mats[i].w.data() + r * row_size(mats[i].type, 2048), mv[i].xq);
+          kernels(mats[i].type).vec_dot(2048, &s, mats[i].w.data() + r * row_size(mats[i].type, 2048), xq);
           ASSERT_EQ(s, y[i][r]) << n_threads << " threads, product " << i << " row " << r;
         }
     }
