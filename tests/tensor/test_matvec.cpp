@@ -186,8 +186,11 @@ TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
   // still reaches `then` once, in whole blocks of the alignment, after both products of its group,
   // and every output is one vec_dot. Two groups of a Q2_K and a Q3_K product of 2048 x 700 (types
   // whose rows take vec_dot on every CPU: a kernel that runs a chunk in one call is not split).
-  const DecodeChunks saved = decode_chunks();
-  set_decode_chunks({1, 4096, 1});
+  struct Rule {  // the test's chunk rule, the process's back however the test ends
+    DecodeChunks saved = decode_chunks();
+    Rule() { set_decode_chunks({1, 4096, 1}); }
+    ~Rule() { set_decode_chunks(saved); }
+  } rule;
   std::vector<Mat> mats;
   for (int i = 0; i < 4; ++i) mats.push_back(make(i % 2 ? T::Q3_K : T::Q2_K, 2048, 700, 70 + i));
   const std::vector<float> x = normal_input(2048, 5);
@@ -226,7 +229,6 @@ TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
         }
     }
   }
-  set_decode_chunks(saved);
   EXPECT_GT(inside, 0) << "no thread ever took over another's rows";
 }
 
