@@ -476,7 +476,7 @@ int cmd_bench(int argc, char** argv) {
     j["isa"] = isa_name(active_isa()), j["cpu_isa"] = isa_name(cpu_best_isa());
     j["prefetch"] = prefetch_setting_name(prefetch_setting());
     j["decode_streams"] = decode_streams;
-    j["decode_chunks"] = {{"per_thread", chunks.per_thread}, {"max_kib", chunks.max_kib}, {"steal_kib", chunks.steal_kib}};
+    j["decode_chunks"] = {{"per_thread", chunks.per_thread}, {"max_kib", chunks.max_kib}};
     j["repacked_bytes"] = repacked;
     j["p"] = p, j["n"] = n, j["reps"] = reps;
     j["pp_tokens_per_s"] = p > 0 ? json(pp.mean) : json(nullptr);
@@ -516,12 +516,10 @@ int cmd_bench(int argc, char** argv) {
   std::printf("model: %s (%.1f MB;", model_path.c_str(), model_bytes / 1e6);
   for (const auto& [t, b] : bytes_by_type) std::printf(" %s %.1f MB", t.c_str(), b / 1e6);
   std::printf("), %d threads, %d repetitions, kernels %s (CPU: %s), weight prefetch %s, decode rows %d stream%s a thread "
-              "in chunks of <= %zu KiB (%d a thread%s), %.1f MB repacked\n\n  %-8s %18s\n",
+              "in chunks of <= %zu KiB (%d a thread), %.1f MB repacked\n\n  %-8s %18s\n",
               pool.size(), reps, isa_name(active_isa()), isa_name(cpu_best_isa()),
               prefetch_setting_name(prefetch_setting()).c_str(), decode_streams, decode_streams > 1 ? "s" : "",
-              chunks.max_kib, chunks.per_thread,
-              chunks.steal_kib ? strprintf(", taken %zu KiB at a time", chunks.steal_kib).c_str() : "", repacked / 1e6,
-              "test", "t/s");
+              chunks.max_kib, chunks.per_thread, repacked / 1e6, "test", "t/s");
   if (p > 0) std::printf("  pp%-6d %10.2f ± %-6.2f\n", p, pp.mean, pp.stddev);
   if (n > 0) std::printf("  tg%-6d %10.2f ± %-6.2f\n", n, tg.mean, tg.stddev);
   if (par)

@@ -61,12 +61,11 @@ std::atomic<int> g_decode_parts{-1};  // -1: not yet chosen
 DecodeChunks g_decode_chunks;
 
 DecodeChunks parse_decode_chunks(const char* v) {
-  int claims = 0, kib = 0, steal = 0, used = 0;
-  const int got = std::sscanf(v, "%d:%d%n:%d%n", &claims, &kib, &used, &steal, &used);
-  if (got < 2 || v[used] || claims < 1 || claims > 64 || kib < 64 || kib > 65536 || steal < 0 || steal > kib)
-    fail("K3_DECODE_CHUNKS=%s: expected CLAIMS:KIB[:STEAL], 1-64 claims a thread of at most 64-65536 KiB, taken "
-         "STEAL KiB at a time (0: whole)", v);
-  return {claims, static_cast<size_t>(kib), static_cast<size_t>(steal)};
+  int claims = 0, kib = 0, used = 0;
+  if (std::sscanf(v, "%d:%d%n", &claims, &kib, &used) != 2 || v[used] || claims < 1 || claims > 64 || kib < 64 ||
+      kib > 65536)
+    fail("K3_DECODE_CHUNKS=%s: expected CLAIMS:KIB, 1-64 claims a thread of at most 64-65536 KiB", v);
+  return {claims, static_cast<size_t>(kib)};
 }
 
 // The CPU's levels, found once; the prefetch setting and the decode rows' streams are chosen with them,
@@ -228,18 +227,13 @@ void set_decode_in_parts(bool on) { g_decode_parts.store(on, std::memory_order_r
 
 DecodeChunks default_decode_chunks(const CpuIdent& cpu) {
   if (cpu.intel()) return {2, 1024};
-  if (cpu.amd() && cpu.family == 0x1A) return {1, 4096, 128};
+  if (cpu.amd() && cpu.family == 0x1A) return {1, 4096};
   return {4, 512};
 }
 
 DecodeChunks decode_chunks() {
   supported_levels();
   return g_decode_chunks;
-}
-
-void set_decode_chunks(DecodeChunks c) {
-  supported_levels();
-  g_decode_chunks = c;
 }
 
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }

@@ -54,19 +54,15 @@ void set_full_width_512(bool on);
 bool decode_in_parts();
 void set_decode_in_parts(bool on);
 // How a region's rows are cut (matvec.cpp): about per_thread chunks a thread, each at most max_kib
-// KiB of weights (at least 64 KiB); with steal_kib, a thread takes its chunk's rows that many KiB
-// at a time, and one out of chunks splits off half of what another has not taken yet. By CPU
-// (default_decode_chunks): Intel 2 of <= 1024, AMD Zen 5 1 of <= 4096 taken 128 at a time, other
-// CPUs 4 of <= 512 (docs/notes/i37m.md, i37p.md, i37q.md, i37r.md); K3_DECODE_CHUNKS=
-// CLAIMS:KIB[:STEAL] sets it (benchmarks; checked with K3_DECODE_STREAMS).
+// KiB of weights (at least 64 KiB). By CPU (default_decode_chunks): Intel 2 of <= 1024, AMD Zen 5
+// 1 of <= 4096, other CPUs 4 of <= 512 (docs/notes/i37m.md, i37p.md, i37q.md); K3_DECODE_CHUNKS=
+// CLAIMS:KIB sets it (benchmarks; checked with K3_DECODE_STREAMS).
 struct DecodeChunks {
   int per_thread;
   size_t max_kib;
-  size_t steal_kib = 0;  // 0: chunks are not split
 };
 DecodeChunks decode_chunks();
 DecodeChunks default_decode_chunks(const CpuIdent& cpu);
-void set_decode_chunks(DecodeChunks c);  // tests and benchmarks, between parallel regions
 
 struct QuantKernels {
   GgmlType vec_dot_type;  // activation partner format (quant-formats.md §10)

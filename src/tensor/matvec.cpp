@@ -1,7 +1,6 @@
 #include "tensor/matvec.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "common/error.h"
 #include "tensor/gemm.h"
@@ -18,8 +17,7 @@ namespace {
 // threads. Zen 4: four claims of <= 512 KB decode 30 % (AVX2) / 11 % (AVX-512) faster at 2 threads
 // than fixed 64 KB chunks (docs/performance.md, "Threads and chunks"). Intel: a chunk's start costs
 // more than the tail it saves, 2 of <= 1 MB 1.015-1.04x (docs/notes/i37m.md, i37p.md). Zen 5: 1 of
-// <= 4 MB 1.03-1.06x against four of <= 512 KB (i37q.md), taken 128 KB at a time so that a thread
-// out of chunks takes over half of another's rest (Region), 0.99-1.04x more (i37r.md).
+// <= 4 MB 1.03-1.06x against four of <= 512 KB (i37q.md).
 constexpr size_t kMinChunkBytes = 64 * 1024;
 // Groups per region (the chunk table lives on the stack); longer batches run as several regions.
 constexpr size_t kMaxGroups = 64;
@@ -65,11 +63,8 @@ void prefetch_heads(const Matvec* m, size_t n, int64_t r0, int64_t r1) {
 // and the tiles of a few tokens (GemmKernel::few) get all of them in one call. Kernels that do not
 // prefetch themselves (the other tiles of several tokens) get the lines up to prefetch_distance()
 // past each row's end requested before its dots: rows are about a page long and the hardware
-// prefetchers do not follow a stream across pages. With `pieces`, the rows are taken as it hands
-// them out (pieces(row) gives the end of the next run of rows from `row`, `row` when none is left);
-// returns the row where the work stopped.
-using Pieces = FnRef<int64_t(int64_t)>;
-int64_t rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1, const Pieces* pieces = nullptr) {
+// prefetchers do not follow a stream across pages.
+void rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1) {
   constexpr size_t kMaxStreams = 8;
   K3_ASSERT(n <= kMaxStreams);
   uintptr_t pf[kMaxStreams];
@@ -94,11 +89,8 @@ int64_t rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1,
   };
   const int64_t step =
       whole ? r1 - r0 : std::max<int64_t>(several ? kTileStepRows : 1, static_cast<int64_t>(kStepBytes / widest));
-  int64_t limit = pieces ? r0 : r1;  // rows taken: [s, limit)
-  int64_t s = r0;
-  for (int64_t e; s < r1; s = e) {
-    if (s >= limit && (limit = (*pieces)(s)) <= s) break;
-    e = std::min(limit, s + step);
+  for (int64_t s = r0; s < r1; s += step) {
+    const int64_t e = std::min(r1, s + step);
     for (size_t j = 0; j < n; ++j) {
       const Matvec& mj = m[j];
       const auto* w = static_cast<const uint8_t*>(mj.w.data);
@@ -119,7 +111,6 @@ int64_t rows(const Matvec* m, const Kernel* k, size_t n, int64_t r0, int64_t r1,
       }
     }
   }
-  return std::min(s, r1);
 }
 
 // The kernels of mv[0..n), with the activations packed into `packs` on the calling thread once per
@@ -167,139 +158,6 @@ const void* quantize_activation(GgmlType wtype, const float* x, int64_t n, std::
 namespace {
 using Then = FnRef<void(size_t, int64_t, int64_t)>;
 
-// A thread's claim in a region: the chunk it works on and the rows [pos, end) of it (counted from
-// the chunk's first row) it has not taken yet, in one word, so that taking the next piece and
-// splitting off the back half are one compare-and-swap each. Zero: nothing left.
-struct alignas(64) Claim {
-  static constexpr int kRowBits = 20;
-  static constexpr int64_t kMaxRows = int64_t{1} << kRowBits;
-  static constexpr int64_t kMaxChunks = int64_t{1} << (64 - 2 * kRowBits);
-  static uint64_t pack(int64_t c, int64_t pos, int64_t end) {
-    return static_cast<uint64_t>(c) << (2 * kRowBits) | static_cast<uint64_t>(pos) << kRowBits | static_cast<uint64_t>(end);
-  }
-  static int64_t chunk(uint64_t w) { return static_cast<int64_t>(w >> (2 * kRowBits)); }
-  static int64_t pos(uint64_t w) { return static_cast<int64_t>((w >> kRowBits) & (kMaxRows - 1)); }
-  static int64_t end(uint64_t w) { return static_cast<int64_t>(w & (kMaxRows - 1)); }
-  std::atomic<uint64_t> word{0};
-};
-
-// The products of one region cut into chunks: group g has chunks [first[g], first[g + 1]) of
-// grain[g] rows each, claimed in order by whichever thread is free. With pieces (DecodeChunks::
-// steal_kib), a thread takes its chunk's rows a piece at a time, and a thread out of chunks splits
-// off the back half of the largest range still untaken (a slower or preempted thread's) and works
-// it, until none is worth a split: the threads end a region together.
-class Region {
- public:
-  Region(const Matvec* mv, size_t n, size_t group, int n_threads, int64_t row_align, const Then* then)
-      : mv_(mv), group_(group), n_groups_(n / group), row_align_(row_align), then_(then) {
-    size_t bytes = 0;
-    for (size_t g = 0; g < n_groups_; ++g) {
-      row_bytes_[g] = 0;
-      for (size_t j = 0; j < group; ++j) row_bytes_[g] += mv[g * group + j].w.nb1;
-      bytes += row_bytes_[g] * static_cast<size_t>(mv[g * group].w.ne1);
-    }
-    bytes_ = bytes;
-    const DecodeChunks rule = decode_chunks();
-    const size_t chunk_bytes =
-        std::clamp(bytes / (static_cast<size_t>(n_threads) * rule.per_thread), kMinChunkBytes, rule.max_kib * 1024);
-    first_[0] = 0;
-    for (size_t g = 0; g < n_groups_; ++g) {
-      const int64_t ne1 = mv[g * group].w.ne1;
-      int64_t rows_per = static_cast<int64_t>(chunk_bytes / std::max<size_t>(1, row_bytes_[g]));
-      rows_per = std::max(row_align, rows_per / row_align * row_align);
-      grain_[g] = rows_per;
-      first_[g + 1] = first_[g] + (ne1 + rows_per - 1) / rows_per;
-    }
-    thread_local MatvecPacks packs;
-    choose_kernels(mv, n, kern_, packs);
-    piece_ = first_[n_groups_] < Claim::kMaxChunks ? rule.steal_kib * 1024 : 0;
-    for (size_t g = 0; g < n_groups_; ++g) {
-      piece_rows_[g] = 0;  // 0: the group's chunks are not split (a kernel takes a chunk in one call)
-      bool whole = std::min(grain_[g], mv[g * group].w.ne1) >= Claim::kMaxRows;
-      for (size_t j = 0; j < group; ++j) whole |= kern_[g * group + j].whole;
-      if (piece_ && !whole)
-        piece_rows_[g] = std::max(row_align, static_cast<int64_t>(piece_ / row_bytes_[g]) / row_align * row_align);
-    }
-  }
-  size_t bytes() const { return bytes_; }
-  int64_t chunks() const { return first_[n_groups_]; }
-  bool pieces() const { return piece_ > 0; }
-
-  // Chunk c, on the calling thread alone.
-  void run(int64_t c) {
-    const size_t g = group_of(c);
-    const int64_t r0 = chunk_start(g, c), r1 = std::min(mv_[g * group_].w.ne1, r0 + grain_[g]);
-    rows(mv_ + g * group_, kern_ + g * group_, group_, r0, r1);
-    if (then_) (*then_)(g, r0, r1);
-  }
-  // Chunk c on a thread that publishes what it has not taken in `mine`.
-  void run(Claim& mine, int64_t c) {
-    const size_t g = group_of(c);
-    const int64_t r0 = chunk_start(g, c);
-    run(mine, c, g, r0, r0, std::min(mv_[g * group_].w.ne1, r0 + grain_[g]));
-  }
-  // A thread out of chunks: the back halves of the others' ranges (claims[0..n)), while one is at
-  // least two pieces.
-  void help(Claim& mine, Claim* claims, size_t n) {
-    for (;;) {
-      size_t victim = n, most = 0;
-      uint64_t w = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const uint64_t v = claims[i].word.load(std::memory_order_acquire);
-        const int64_t left = Claim::end(v) - Claim::pos(v);
-        const size_t b = left > 0 ? static_cast<size_t>(left) * row_bytes_[group_of(Claim::chunk(v))] : 0;
-        if (b > most) most = b, victim = i, w = v;
-      }
-      if (victim == n || most < 2 * piece_) return;
-      const int64_t c = Claim::chunk(w), pos = Claim::pos(w), end = Claim::end(w);
-      const int64_t mid = pos + ((end - pos) / 2 + row_align_ - 1) / row_align_ * row_align_;
-      if (mid >= end) return;  // rows wider than half a piece: nothing to split
-      if (!claims[victim].word.compare_exchange_strong(w, Claim::pack(c, pos, mid), std::memory_order_acq_rel)) continue;
-      const size_t g = group_of(c);
-      const int64_t r0 = chunk_start(g, c);
-      run(mine, c, g, r0, r0 + mid, r0 + end);
-    }
-  }
-
- private:
-  size_t group_of(int64_t c) const {
-    return static_cast<size_t>(std::upper_bound(first_, first_ + n_groups_ + 1, c) - first_ - 1);
-  }
-  int64_t chunk_start(size_t g, int64_t c) const { return (c - first_[g]) * grain_[g]; }
-  // Rows [a, b) of chunk c (group g, first row r0), a piece at a time where the group is split.
-  void run(Claim& mine, int64_t c, size_t g, int64_t r0, int64_t a, int64_t b) {
-    const Matvec* m = mv_ + g * group_;
-    const Kernel* k = kern_ + g * group_;
-    int64_t done = b;
-    if (const int64_t piece = piece_rows_[g]; piece == 0) {
-      rows(m, k, group_, a, b);
-    } else {
-      mine.word.store(Claim::pack(c, a - r0, b - r0), std::memory_order_release);
-      auto next = [&](int64_t at) {  // the end of the next piece from row `at`, `at` if none is left
-        uint64_t w = mine.word.load(std::memory_order_acquire);
-        for (;;) {
-          const int64_t end = r0 + Claim::end(w);
-          if (at >= end) return at;
-          const int64_t e = std::min(end, at + piece);
-          if (mine.word.compare_exchange_weak(w, Claim::pack(c, e - r0, end - r0), std::memory_order_acq_rel)) return e;
-        }
-      };
-      const Pieces p(next);
-      done = rows(m, k, group_, a, b, &p);
-    }
-    if (then_) (*then_)(g, a, done);
-  }
-
-  const Matvec* mv_;
-  size_t group_, n_groups_;
-  int64_t row_align_;
-  const Then* then_;
-  size_t bytes_ = 0, piece_ = 0;
-  int64_t first_[kMaxGroups + 1], grain_[kMaxGroups], piece_rows_[kMaxGroups];
-  size_t row_bytes_[kMaxGroups];
-  Kernel kern_[kMaxGroups * 8];
-};
-
 void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64_t row_align, const Then* then) {
   K3_ASSERT(group >= 1 && group <= 8 && n % group == 0 && row_align >= 1);
   for (size_t i = 0; i < n; ++i) {
@@ -317,28 +175,41 @@ void run_batch(const Matvec* mv, size_t n, size_t group, ThreadPool& pool, int64
     }
     return;
   }
-  Region region(mv, n, group, pool.size(), row_align, then);
-  if (region.bytes() < kMinChunkBytes) {
-    for (int64_t c = 0; c < region.chunks(); ++c) region.run(c);
+  // Chunk table: group g has chunks [first[g], first[g + 1]) of grain[g] rows each.
+  int64_t first[kMaxGroups + 1], grain[kMaxGroups];
+  size_t row_bytes[kMaxGroups], bytes = 0;
+  for (size_t g = 0; g < n_groups; ++g) {
+    row_bytes[g] = 0;
+    for (size_t j = 0; j < group; ++j) row_bytes[g] += mv[g * group + j].w.nb1;
+    bytes += row_bytes[g] * static_cast<size_t>(mv[g * group].w.ne1);
+  }
+  const DecodeChunks rule = decode_chunks();
+  const size_t chunk_bytes = std::clamp(bytes / (static_cast<size_t>(pool.size()) * rule.per_thread), kMinChunkBytes,
+                                        rule.max_kib * 1024);
+  first[0] = 0;
+  for (size_t g = 0; g < n_groups; ++g) {
+    const int64_t ne1 = mv[g * group].w.ne1;
+    int64_t rows_per = static_cast<int64_t>(chunk_bytes / std::max<size_t>(1, row_bytes[g]));
+    rows_per = std::max(row_align, rows_per / row_align * row_align);
+    grain[g] = rows_per;
+    first[g + 1] = first[g] + (ne1 + rows_per - 1) / rows_per;
+  }
+  Kernel kern[kMaxGroups * 8];
+  thread_local MatvecPacks packs;
+  choose_kernels(mv, n, kern, packs);
+  auto chunk = [&](int64_t c) {
+    const size_t g = static_cast<size_t>(std::upper_bound(first, first + n_groups + 1, c) - first - 1);
+    const int64_t r0 = (c - first[g]) * grain[g], r1 = std::min(mv[g * group].w.ne1, r0 + grain[g]);
+    rows(mv + g * group, kern + g * group, group, r0, r1);
+    if (then) (*then)(g, r0, r1);
+  };
+  if (bytes < kMinChunkBytes) {
+    for (int64_t c = 0; c < first[n_groups]; ++c) chunk(c);
     return;
   }
-  if (!region.pieces()) {
-    pool.chunks(region.chunks(), 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) region.run(c);
-    });
-    return;
-  }
-  const size_t n_threads = static_cast<size_t>(pool.size());
-  thread_local std::vector<Claim> t_claims;  // the caller's: the workers reach them through `claims`
-  if (t_claims.size() < n_threads) t_claims = std::vector<Claim>(n_threads);
-  Claim* const claims = t_claims.data();
-  for (size_t i = 0; i < n_threads; ++i) claims[i].word.store(0, std::memory_order_relaxed);
-  pool.chunks(
-      region.chunks(), 1,
-      [&](int ith, int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) region.run(claims[ith], c);
-      },
-      [&](int ith) { region.help(claims[ith], claims, n_threads); });
+  pool.chunks(first[n_groups], 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) chunk(c);
+  });
 }
 }  // namespace
 

@@ -64,23 +64,15 @@ void ThreadPool::run_job(int ith) {
   }
 }
 
-void ThreadPool::run_chunks(int ith) {
+void ThreadPool::run_chunks() {
   for (;;) {
     const int64_t b = next_chunk_.fetch_add(1, std::memory_order_relaxed) * chunk_grain_;
-    if (b >= chunk_n_) break;
+    if (b >= chunk_n_) return;
     try {
-      const int64_t e = std::min(chunk_n_, b + chunk_grain_);
-      if (chunk_fn_) (*chunk_fn_)(b, e);
-      else (*chunk_ith_fn_)(ith, b, e);
+      (*chunk_fn_)(b, std::min(chunk_n_, b + chunk_grain_));
     } catch (...) {
       capture_error();
     }
-  }
-  if (!done_fn_) return;
-  try {
-    (*done_fn_)(ith);
-  } catch (...) {
-    capture_error();
   }
 }
 
@@ -115,7 +107,7 @@ void ThreadPool::worker(int ith) {
     uint64_t s = ticket_.load(std::memory_order_acquire);
     while ((s & ~kInside) == want)
       if (ticket_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
-        run_chunks(ith);
+        run_chunks();
         ticket_.fetch_sub(1, std::memory_order_release);
         break;
       }
@@ -161,31 +153,13 @@ void ThreadPool::chunks(int64_t n, int64_t grain, FnRef<void(int64_t, int64_t)> 
     return;
   }
   chunk_fn_ = &fn;
-  start_chunks(n, grain);
-}
-
-void ThreadPool::chunks(int64_t n, int64_t grain, FnRef<void(int, int64_t, int64_t)> fn, FnRef<void(int)> done) {
-  if (n <= 0) return;
-  grain = std::max<int64_t>(1, grain);
-  if (n_threads_ == 1 || grain >= n) {
-    for (int64_t b = 0; b < n; b += grain) fn(0, b, std::min(n, b + grain));
-    done(0);
-    return;
-  }
-  chunk_ith_fn_ = &fn;
-  done_fn_ = &done;
-  start_chunks(n, grain);
-}
-
-// Runs the chunk job whose functions are set, on the caller and every worker that wakes in time.
-void ThreadPool::start_chunks(int64_t n, int64_t grain) {
   chunk_n_ = n;
   chunk_grain_ = grain;
   next_chunk_.store(0, std::memory_order_relaxed);
   const uint64_t g = next_generation(kChunkJob);
   ticket_.store((g << 32) | kOpen, std::memory_order_relaxed);
   publish(g);
-  run_chunks(0);
+  run_chunks();
   // Close the job once no worker is inside; a worker that wakes later finds it closed.
   for (int i = 1;; ++i) {
     uint64_t s = ticket_.load(std::memory_order_acquire);
@@ -194,8 +168,6 @@ void ThreadPool::start_chunks(int64_t n, int64_t grain) {
     if (i % 1024 == 0) std::this_thread::yield();
   }
   chunk_fn_ = nullptr;
-  chunk_ith_fn_ = nullptr;
-  done_fn_ = nullptr;
   rethrow();
 }
 

@@ -35,19 +35,13 @@ class ThreadPool {
   // whichever thread is free, in increasing order; the caller only waits for chunks already claimed.
   // Exceptions as for run(). Not reentrant.
   void chunks(int64_t n, int64_t grain, FnRef<void(int64_t begin, int64_t end)> fn);
-  // chunks() for work that is shared out again when the chunks run out: fn learns which thread runs
-  // it (0 is the caller, then 1..size()-1), and each thread that took part calls done(ith) once
-  // after its last chunk, before the job ends (matvec.cpp: a thread out of chunks takes over part of
-  // another's).
-  void chunks(int64_t n, int64_t grain, FnRef<void(int ith, int64_t begin, int64_t end)> fn, FnRef<void(int ith)> done);
   // chunks() over [0, n) with about four chunks per thread; empty ranges are skipped.
   void parallel_for(int64_t n, FnRef<void(int64_t begin, int64_t end)> fn);
 
  private:
   void worker(int ith);
   void run_job(int ith);
-  void run_chunks(int ith);
-  void start_chunks(int64_t n, int64_t grain);
+  void run_chunks();
   uint64_t next_generation(uint64_t kind) const;
   void publish(uint64_t generation);
   void capture_error();
@@ -55,9 +49,7 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> threads_;
   const FnRef<void(int, int)>* job_ = nullptr;                 // run()
-  const FnRef<void(int64_t, int64_t)>* chunk_fn_ = nullptr;    // chunks(), or
-  const FnRef<void(int, int64_t, int64_t)>* chunk_ith_fn_ = nullptr;  // chunks() with done
-  const FnRef<void(int)>* done_fn_ = nullptr;
+  const FnRef<void(int64_t, int64_t)>* chunk_fn_ = nullptr;    // chunks()
   int64_t chunk_n_ = 0, chunk_grain_ = 1;
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown)

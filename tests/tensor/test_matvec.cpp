@@ -35,19 +35,14 @@ Mat make(T t, int64_t ne0, int64_t ne1, uint32_t seed) {
   return m;
 }
 
-std::vector<float> normal_input(int64_t n, uint32_t seed) {
-  std::vector<float> x(n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& v : x) v = nd(rng);
-  return x;
-}
-
 TEST(Matvec, BatchIsOneVecDotPerOutput) {
   // Four groups of two (gate/up-like pairs) over 1024 inputs: 2 x 4 x 200 rows, several chunks each.
   std::vector<Mat> mats;
   for (int i = 0; i < 8; ++i) mats.push_back(make(i % 3 ? T::MXFP4 : T::Q8_0, 1024, 200, 40 + i));
-  const std::vector<float> x = normal_input(1024, 3);
+  std::vector<float> x(1024);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(rng);
   std::vector<uint8_t> buf_q, buf_m;
   const Isa saved = active_isa();
   for (Isa isa : kAllIsas) {  // decode rows on packed activations (AVX2, AVX-VNNI) or vec_dot
@@ -178,58 +173,6 @@ TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
       }
     }
   set_isa(saved);
-}
-
-TEST(Matvec, ThreadsOutOfChunksTakeOverTheRestOfOthers) {
-  // Chunks taken 1 KiB at a time (DecodeChunks::steal_kib): a thread out of chunks splits off the
-  // back half of another's untaken rows, so `then` sees ranges that start inside a chunk. Every row
-  // still reaches `then` once, in whole blocks of the alignment, after both products of its group,
-  // and every output is one vec_dot. Two groups of a Q2_K and a Q3_K product of 2048 x 700 (types
-  // whose rows take vec_dot on every CPU: a kernel that runs a chunk in one call is not split).
-  struct Rule {  // the test's chunk rule, the process's back however the test ends
-    DecodeChunks saved = decode_chunks();
-    Rule() { set_decode_chunks({1, 4096, 1}); }
-    ~Rule() { set_decode_chunks(saved); }
-  } rule;
-  std::vector<Mat> mats;
-  for (int i = 0; i < 4; ++i) mats.push_back(make(i % 2 ? T::Q3_K : T::Q2_K, 2048, 700, 70 + i));
-  const std::vector<float> x = normal_input(2048, 5);
-  std::vector<uint8_t> buf;
-  ASSERT_EQ(kernels(T::Q3_K).vec_dot_type, kernels(T::Q2_K).vec_dot_type);
-  const void* xq = quantize_activation(T::Q2_K, x.data(), 2048, buf);  // one input for both types
-  const int64_t group_row = static_cast<int64_t>(row_size(T::Q2_K, 2048) + row_size(T::Q3_K, 2048));
-  const int64_t total = 2 * 700 * group_row;
-  int inside = 0;  // ranges that start inside a chunk: split off another thread's
-  for (int n_threads : {2, 3}) {
-    ThreadPool pool(n_threads);
-    const int64_t grain = total / n_threads / group_row / 32 * 32;  // rows of a chunk: one a thread
-    for (int rep = 0; rep < 40; ++rep) {
-      std::vector<std::vector<float>> y(4, std::vector<float>(700, -1.0f));
-      std::vector<Matvec> mv;
-      for (int i = 0; i < 4; ++i) mv.push_back({mats[i].view(), xq, y[i].data()});
-      std::vector<std::atomic<int>> seen(2 * 700);
-      std::atomic<int> split{0};
-      matvec_batch(mv.data(), mv.size(), 2, pool, 32, [&](size_t g, int64_t r0, int64_t r1) {
-        ASSERT_EQ(r0 % 32, 0);
-        ASSERT_TRUE(r1 % 32 == 0 || r1 == 700) << r1;
-        if (r0 % grain != 0) split++;
-        for (int64_t r = r0; r < r1; ++r) {
-          ASSERT_NE(y[2 * g][r], -1.0f);
-          ASSERT_NE(y[2 * g + 1][r], -1.0f);
-          seen[g * 700 + r]++;
-        }
-      });
-      inside += split.load();
-      for (auto& c : seen) ASSERT_EQ(c.load(), 1) << n_threads << " threads, repetition " << rep;
-      for (int i = 0; i < 4; ++i)
-        for (int64_t r = 0; r < 700; ++r) {
-          float s;
-          kernels(mats[i].type).vec_dot(2048, &s, mats[i].w.data() + r * row_size(mats[i].type, 2048), xq);
-          ASSERT_EQ(s, y[i][r]) << n_threads << " threads, product " << i << " row " << r;
-        }
-    }
-  }
-  EXPECT_GT(inside, 0) << "no thread ever took over another's rows";
 }
 
 TEST(Matvec, LargeMatmulSameBitsAnyThreads) {

@@ -142,41 +142,6 @@ TEST(ThreadPool, ChunkExceptionsReachTheCaller) {
   EXPECT_EQ(count.load(), 10);
 }
 
-// The form with `done`: fn learns its thread (the caller is 0), and every thread that ran a chunk
-// calls done(ith) once, after its last chunk and before the job ends; done's exceptions reach the
-// caller too.
-TEST(ThreadPool, ChunksWithDoneTellTheThread) {
-  for (int n : {1, 2, 3}) {
-    ThreadPool pool(n);
-    const auto caller = std::this_thread::get_id();
-    for (int job = 0; job < 300; ++job) {
-      const int64_t len = 1 + job % 37;
-      std::vector<std::atomic<int>> seen(len), chunks_of(n), done_of(n);
-      std::atomic<int> bad{0};
-      pool.chunks(
-          len, 1,
-          [&](int ith, int64_t b, int64_t e) {
-            if (ith < 0 || ith >= n || (ith == 0) != (std::this_thread::get_id() == caller) || done_of[ith].load()) bad++;
-            for (int64_t i = b; i < e; ++i) seen[i]++;
-            chunks_of[ith]++;
-          },
-          [&](int ith) {
-            if (ith < 0 || ith >= n) return bad++, void();
-            done_of[ith]++;
-          });
-      ASSERT_EQ(bad.load(), 0) << "job " << job;
-      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(seen[i].load(), 1) << "job " << job;
-      for (int i = 0; i < n; ++i)  // a worker that woke after the last chunk was taken may call it or not
-        if (i == 0 || chunks_of[i].load() > 0) ASSERT_EQ(done_of[i].load(), 1) << "job " << job << " thread " << i;
-        else ASSERT_LE(done_of[i].load(), 1) << "job " << job << " thread " << i;
-    }
-    EXPECT_THROW(pool.chunks(8, 1, [](int, int64_t, int64_t) {}, [](int ith) {
-                   if (ith == 0) throw std::runtime_error("done failed");
-                 }),
-                 std::runtime_error);
-  }
-}
-
 TEST(ThreadPool, HardwareThreads) { EXPECT_GE(ThreadPool::hardware_threads(), 1); }
 
 }  // namespace
