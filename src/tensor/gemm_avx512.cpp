@@ -201,13 +201,25 @@ struct Q45KW {
 };
 
 // Q2_K: element 32c + l is bits 2j..2j+1 of qs[32h + l] (c = 4h + j); 4-bit scale and min per 16.
+// Chunks 2k and 2k + 1 (k = 2h + j) are qs[32h..] shifted by 4j and 4j + 2: q2k_pair(qs + 32h) is
+// both halves of one broadcast, the high one shifted by 2 (a masked shift), and j = 1 one shift by 4
+// more, where joining two 256-bit chunks took twice the operations (decode rows in cache 1.30-1.35x
+// vec_dot on Zen 5, docs/performance.md).
+constexpr __mmask32 kHighHalf = 0xFFFF0000u;  // the 16 words of a register's high 256 bits
+inline __m512i q2k_pair(const uint8_t* qs) {
+  const __m512i b = _mm512_broadcast_i64x4(load256(qs));
+  return _mm512_mask_srli_epi16(b, kHighHalf, b, 2);
+}
 struct Q2KW {
   using Block = block_q2_K;
   static constexpr int kShift = -1;
   static void decode(const Block& x, KDecoded& d) {
-    const __m256i m3 = _mm256_set1_epi8(3);
-    auto codes = [&](int c) { return _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (c / 4)), 2 * (c % 4)), m3); };
-    for (int k = 0; k < 4; ++k) d.u[k] = join256(codes(2 * k), codes(2 * k + 1));
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i s = q2k_pair(x.qs + 32 * h);
+      d.u[2 * h] = _mm512_and_si512(s, m3);
+      d.u[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(s, 4), m3);
+    }
     const __m128i raw = load128(x.scales);
     scale_words(_mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15))), d.sw);
     d.m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
@@ -220,13 +232,18 @@ struct Q3KW {
   using Block = block_q3_K;
   static constexpr int kShift = 2;
   static void decode(const Block& x, KDecoded& d) {
-    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4), hm = load256(x.hmask);
-    auto codes = [&](int c) {
-      const __m256i hbit = c >= 2 ? _mm256_srli_epi16(hm, c - 2) : _mm256_slli_epi16(hm, 2 - c);
-      const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (c / 4)), 2 * (c % 4)), m3);
-      return _mm256_or_si256(lo, _mm256_and_si256(hbit, b2));
-    };
-    for (int k = 0; k < 4; ++k) d.u[k] = join256(codes(2 * k), codes(2 * k + 1));
+    // the low bits as Q2_K's; the high bit of chunk c is moved to bit 2 by a shift of c - 2, the
+    // high half (chunk 2k + 1) one place further by a masked shift of the broadcast hmask
+    const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4), hb = _mm512_broadcast_i64x4(load256(x.hmask));
+    const __m512i hm = _mm512_mask_srli_epi16(hb, kHighHalf, hb, 1);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i s = q2k_pair(x.qs + 32 * h);
+      for (int j = 0; j < 2; ++j) {
+        const int k = 2 * h + j;
+        const __m512i hbit = k == 0 ? _mm512_slli_epi16(hm, 2) : _mm512_srli_epi16(hm, 2 * k - 2);
+        d.u[k] = _mm512_ternarylogic_epi32(j ? _mm512_srli_epi16(s, 4) : s, _mm512_and_si512(hbit, b2), m3, 0xEC);  // (a & c) | b
+      }
+    }
     d.m16 = _mm256_cvtepi8_epi16(q3k_scales(x.scales));
     scale_words(d.m16, d.sw);
     d.dw = h2f(x.d), d.dmin = 0.0f;
@@ -524,9 +541,9 @@ constexpr GemmKernel kQ4KLanes = q4kl_kernels<Q4KlW512, Q4KlDot512, Q4KlPairGemm
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E, true>();
 constexpr GemmKernel kQ80X8Run256 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
-constexpr GemmKernel kQ2K = unpacked<KQuantGemm<Q2KW, KDot>>();
-constexpr GemmKernel kQ2KSb = unpacked<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
-constexpr GemmKernel kQ3K = unpacked<KQuantGemm<Q3KW, KDot>>();
+constexpr std::array<GemmKernel, 2> kQ2K = unpacked_rows<KQuantGemm<Q2KW, KDot>>();
+constexpr std::array<GemmKernel, 2> kQ2KSb = unpacked_rows<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
+constexpr std::array<GemmKernel, 2> kQ3K = unpacked_rows<KQuantGemm<Q3KW, KDot>>();
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
 constexpr std::array<GemmKernel, 2> kQ5K = unpacked_in_parts<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
 constexpr std::array<GemmKernel, 2> kQ6K = unpacked_in_parts<KQuantGemm<Q6KW, KDot>>();
@@ -560,9 +577,9 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::MXFP4_LANES: return &(full_width_512() ? kMxfp4Lanes : kMxfp4LanesRows256)[decode_in_parts()];
     case GgmlType::Q8_0_X8: return full_width_512() ? &kQ80X8 : &kQ80X8Run256;
     case GgmlType::Q5_0: return &kQ50;
-    case GgmlType::Q2_K: return &kQ2K;
-    case GgmlType::Q2_K_SB: return &kQ2KSb;
-    case GgmlType::Q3_K: return &kQ3K;
+    case GgmlType::Q2_K: return &kQ2K[decode_in_parts()];
+    case GgmlType::Q2_K_SB: return &kQ2KSb[decode_in_parts()];
+    case GgmlType::Q3_K: return &kQ3K[decode_in_parts()];
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q4_K_LANES: return &kQ4KLanes;
     case GgmlType::Q5_K: return &kQ5K[decode_in_parts()];
