@@ -236,6 +236,11 @@ DecodeChunks decode_chunks() {
   return g_decode_chunks;
 }
 
+void set_decode_chunks(DecodeChunks rule) {
+  supported_levels();
+  g_decode_chunks = rule;
+}
+
 const QuantKernels& kernels(GgmlType t) { return kernels(t, active_isa()); }
 
 const QuantKernels& kernels(GgmlType t, Isa isa) {

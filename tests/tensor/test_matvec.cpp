@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -173,6 +175,43 @@ TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
       }
     }
   set_isa(saved);
+}
+
+// A region is cut by the decode chunk rule in force (kernels.h, decode_chunks): chunks of
+// clamp(region bytes / (threads · per_thread), 64 KiB, max_kib KiB) of whole rows, each group's rows
+// cut from its first row on, the last chunk of a group shorter; every row in one chunk.
+TEST(Matvec, RegionsAreCutByTheDecodeChunkRule) {
+  struct Restore {
+    DecodeChunks rule = decode_chunks();
+    ~Restore() { set_decode_chunks(rule); }
+  } restore;
+  const int64_t n = 2048, rows[2] = {4096, 40};  // Q8_0: 2176 bytes a row, 8.5 MiB and 85 KiB
+  const Mat m[2] = {make(T::Q8_0, n, rows[0], 3), make(T::Q8_0, n, rows[1], 4)};
+  const size_t row = row_size(T::Q8_0, n), bytes = row * static_cast<size_t>(rows[0] + rows[1]);
+  std::vector<float> x(n, 0.25f), y[2] = {std::vector<float>(rows[0]), std::vector<float>(rows[1])};
+  std::vector<uint8_t> buf;
+  const void* xq = quantize_activation(T::Q8_0, x.data(), n, buf);
+  const Matvec mv[2] = {{m[0].view(), xq, y[0].data()}, {m[1].view(), xq, y[1].data()}};
+  // the cap (4096, 1024, 64 KiB), the claims (4 and 3 a thread under a cap they do not reach), the floor
+  for (const DecodeChunks rule : {DecodeChunks{1, 4096}, DecodeChunks{2, 1024}, DecodeChunks{4, 4096}, DecodeChunks{3, 65536},
+                                  DecodeChunks{64, 64}, DecodeChunks{64, 65536}})
+    for (const int threads : {2, 3}) {
+      set_decode_chunks(rule);
+      ThreadPool pool(threads);
+      std::mutex mu;
+      std::vector<std::array<int64_t, 3>> cuts;  // group, first row, end row
+      matvec_batch(mv, 2, 1, pool, 1, [&](size_t g, int64_t r0, int64_t r1) {
+        std::lock_guard<std::mutex> lk(mu);
+        cuts.push_back({static_cast<int64_t>(g), r0, r1});
+      });
+      std::sort(cuts.begin(), cuts.end());
+      const size_t chunk = std::clamp(bytes / (static_cast<size_t>(threads) * rule.per_thread), size_t{64} << 10, rule.max_kib << 10);
+      const int64_t per = static_cast<int64_t>(chunk / row);
+      std::vector<std::array<int64_t, 3>> want;
+      for (int64_t g = 0; g < 2; ++g)
+        for (int64_t r = 0; r < rows[g]; r += per) want.push_back({g, r, std::min(rows[g], r + per)});
+      EXPECT_EQ(cuts, want) << rule.per_thread << ":" << rule.max_kib << " on " << threads << " threads";
+    }
 }
 
 TEST(Matvec, LargeMatmulSameBitsAnyThreads) {
