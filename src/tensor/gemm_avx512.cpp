@@ -203,8 +203,7 @@ struct Q45KW {
 // Q2_K: element 32c + l is bits 2j..2j+1 of qs[32h + l] (c = 4h + j); 4-bit scale and min per 16.
 // Chunks 2k and 2k + 1 (k = 2h + j) are qs[32h..] shifted by 4j and 4j + 2: q2k_pair(qs + 32h) is
 // both halves of one broadcast, the high one shifted by 2 (a masked shift), and j = 1 one shift by 4
-// more, where joining two 256-bit chunks took twice the operations (decode rows in cache 1.30-1.35x
-// vec_dot on Zen 5, docs/performance.md).
+// more, where joining two 256-bit chunks took twice the operations.
 constexpr __mmask32 kHighHalf = 0xFFFF0000u;  // the 16 words of a register's high 256 bits
 inline __m512i q2k_pair(const uint8_t* qs) {
   const __m512i b = _mm512_broadcast_i64x4(load256(qs));
@@ -541,9 +540,11 @@ constexpr GemmKernel kQ4KLanes = q4kl_kernels<Q4KlW512, Q4KlDot512, Q4KlPairGemm
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E, true>();
 constexpr GemmKernel kQ80X8Run256 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
-constexpr std::array<GemmKernel, 2> kQ2K = unpacked_rows<KQuantGemm<Q2KW, KDot>>();
-constexpr std::array<GemmKernel, 2> kQ2KSb = unpacked_rows<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>();
-constexpr std::array<GemmKernel, 2> kQ3K = unpacked_rows<KQuantGemm<Q3KW, KDot>>();
+// Q2_K (also repacked) and Q3_K decode in two parts on every CPU: two rows' chains and streams, 1.04-1.14x
+// one row at a time on Zen 5 (m64 with their trunks), which is 1.24-1.35x vec_dot (docs/performance.md).
+constexpr GemmKernel kQ2K = unpacked_in_parts<KQuantGemm<Q2KW, KDot>>()[1];
+constexpr GemmKernel kQ2KSb = unpacked_in_parts<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>()[1];
+constexpr GemmKernel kQ3K = unpacked_in_parts<KQuantGemm<Q3KW, KDot>>()[1];
 constexpr GemmKernel kQ4K = unpacked<KQuantGemm<Q45KW<block_q4_K, false>, KDot>>();
 constexpr std::array<GemmKernel, 2> kQ5K = unpacked_in_parts<KQuantGemm<Q45KW<block_q5_K, true>, KDot>>();
 constexpr std::array<GemmKernel, 2> kQ6K = unpacked_in_parts<KQuantGemm<Q6KW, KDot>>();
@@ -577,9 +578,9 @@ const GemmKernel* gemm_kernel_avx512(GgmlType t) {
     case GgmlType::MXFP4_LANES: return &(full_width_512() ? kMxfp4Lanes : kMxfp4LanesRows256)[decode_in_parts()];
     case GgmlType::Q8_0_X8: return full_width_512() ? &kQ80X8 : &kQ80X8Run256;
     case GgmlType::Q5_0: return &kQ50;
-    case GgmlType::Q2_K: return &kQ2K[decode_in_parts()];
-    case GgmlType::Q2_K_SB: return &kQ2KSb[decode_in_parts()];
-    case GgmlType::Q3_K: return &kQ3K[decode_in_parts()];
+    case GgmlType::Q2_K: return &kQ2K;
+    case GgmlType::Q2_K_SB: return &kQ2KSb;
+    case GgmlType::Q3_K: return &kQ3K;
     case GgmlType::Q4_K: return &kQ4K;
     case GgmlType::Q4_K_LANES: return &kQ4KLanes;
     case GgmlType::Q5_K: return &kQ5K[decode_in_parts()];

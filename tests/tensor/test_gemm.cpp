@@ -84,15 +84,13 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
 }
 
 // F16, BF16, Q5_K, Q6_K and (but at AVX-512) F32 have decode rows (their tile over two rows, in
-// parts) where decode_in_parts asks for them, else none (vec_dot a row); Q4_0, IQ4_NL, MXFP4 and, at
-// AVX-512, Q2_K (also repacked) and Q3_K have rows one at a time or in parts: both forms are checked,
-// and that the table follows the switch.
-bool kquant_rows_512(T t, Isa isa) { return isa == Isa::Avx512 && (t == T::Q2_K || t == T::Q2_K_SB || t == T::Q3_K); }
-bool rows_without_parts(T t, Isa isa) { return t == T::Q4_0 || t == T::IQ4_NL || t == T::MXFP4 || kquant_rows_512(t, isa); }
+// parts) where decode_in_parts asks for them, else none (vec_dot a row); Q4_0, IQ4_NL and MXFP4
+// have rows one at a time or in parts: both forms are checked, and that the table follows the switch.
 bool switched(T t, Isa isa) {
   return t == T::F16 || t == T::BF16 || t == T::Q5_K || t == T::Q6_K || (t == T::F32 && isa != Isa::Avx512) ||
-         rows_without_parts(t, isa);
+         t == T::Q4_0 || t == T::IQ4_NL || t == T::MXFP4;
 }
+bool rows_without_parts(T t) { return t == T::Q4_0 || t == T::IQ4_NL || t == T::MXFP4; }
 
 TEST(Gemm, BitIdenticalToVecDot) {
   // n: short rows (2, 4 and 7 blocks: one short 8-block group; 128 is ssm_f_b's width), whole
@@ -110,7 +108,7 @@ TEST(Gemm, BitIdenticalToVecDot) {
         if (!parts && !switched(t, isa)) continue;
         set_decode_in_parts(parts);
         if (const GemmKernel* g = gemm_kernel(t, isa); g && switched(t, isa)) {
-          EXPECT_EQ(g->rows != nullptr, parts || rows_without_parts(t, isa)) << type_name(t) << " " << isa_name(isa);
+          EXPECT_EQ(g->rows != nullptr, parts || rows_without_parts(t)) << type_name(t) << " " << isa_name(isa);
           EXPECT_EQ(g->rows_in_parts, parts) << type_name(t) << " " << isa_name(isa);
         }
         const bool is_float = t == T::F32 || t == T::F16 || t == T::BF16;

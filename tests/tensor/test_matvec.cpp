@@ -140,10 +140,11 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
 }
 
 TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
-  // The llama.cpp-order rows (Q8_0, Q5_0, Q8_0_X8) and the 512-bit Q4_K_LANES rows take a chunk's
-  // rows in one call and run them in parts, an odd last row alone: every row count up to 19, and 45
-  // (several chunks on two threads), rows of 256 and 2048 inputs, as a group of two products.
-  const T types[] = {T::Q8_0, T::Q5_0, T::Q8_0_X8, T::Q4_K_LANES};
+  // The llama.cpp-order rows (Q8_0, Q5_0, Q8_0_X8) and the 512-bit Q4_K_LANES, Q2_K (Q2_K_SB: the
+  // same bytes) and Q3_K rows take a chunk's rows in one call and run them in parts, an odd last row
+  // alone: every row count up to 19, and 45 (several chunks on two threads), rows of 256 and 2048
+  // inputs, as a group of two products.
+  const T types[] = {T::Q8_0, T::Q5_0, T::Q8_0_X8, T::Q4_K_LANES, T::Q2_K, T::Q2_K_SB, T::Q3_K};
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const Isa saved = active_isa();
@@ -155,10 +156,12 @@ TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
       std::vector<uint8_t> buf;
       const void* xq = quantize_activation(t, x.data(), n, buf);
       for (int64_t rows = 1; rows <= 45; rows += rows < 19 ? 1 : 26) {
-        const T file = t == T::Q8_0_X8 ? T::Q8_0 : t == T::Q4_K_LANES ? T::Q4_K : t;
+        const T file = t == T::Q8_0_X8 ? T::Q8_0 : t == T::Q4_K_LANES ? T::Q4_K : t == T::Q2_K_SB ? T::Q2_K : t;
         Mat m[2] = {make(file, n, rows, 90 + static_cast<uint32_t>(rows)), make(file, n, rows, 190 + static_cast<uint32_t>(rows))};
-        for (Mat& mi : m)
-          if (file != t) repack_rows(file, mi.w.data(), rows, n, row_size(file, n)), mi.type = t;
+        for (Mat& mi : m) {
+          if (file != t && t != T::Q2_K_SB) repack_rows(file, mi.w.data(), rows, n, row_size(file, n));
+          mi.type = t;
+        }
         for (Isa isa : kAllIsas) {
           if (!isa_supported(isa)) continue;
           set_isa(isa);
