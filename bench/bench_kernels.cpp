@@ -93,28 +93,76 @@ void BM_vec_dot(benchmark::State& st, T t, Isa isa) {
   st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(kRow) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
+// Rows of n inputs (one row repeated, so in cache), the activation for them (packed where the decode
+// rows take it packed) and its vec_dot_type row.
+struct RowCase {
+  int64_t n, nr;
+  size_t row;
+  std::vector<uint8_t> w, a, packed;
+  const uint8_t* act;  // what the decode rows read
+  RowCase(T t, Isa isa, int64_t n_, size_t bytes) : n(n_) {
+    const QuantKernels& k = kernels(t, isa);
+    const GemmKernel* g = gemm_kernel(t, isa);
+    const std::vector<uint8_t> w1 = quantized(t == T::Q2_K_SB ? T::Q2_K : t, random_floats(n, 1));  // the same bytes
+    row = w1.size();
+    nr = std::max<int64_t>(1, static_cast<int64_t>(bytes / row));
+    w.resize(row * nr);
+    for (int64_t r = 0; r < nr; ++r) std::memcpy(w.data() + r * row, w1.data(), row);
+    a.resize(row_size(k.vec_dot_type, n));
+    const std::vector<float> x = random_floats(n, 2);
+    kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), n);
+    packed.resize(g->packed_size(n));
+    if (g->pack) g->pack(a.data(), packed.data(), n);  // else the rows read the vec_dot_type row as it is
+    act = g->pack ? packed.data() : a.data();
+  }
+};
+
 // The decode row kernel (gemm.h) on the same inputs, its activation packed outside the timing: one
 // call over about 4 KB of rows (one row where a row is longer), as the matvec calls it.
 void BM_row(benchmark::State& st, T t, Isa isa) {
-  const int64_t n = st.range(0);  // the row length: 1024 (m64's experts), 7168 (K3's hidden size)
-  const QuantKernels& k = kernels(t, isa);
+  const RowCase c(t, isa, st.range(0), 4096);  // the row length: 1024 (m64's experts), 7168 (K3's hidden size)
   const GemmKernel* g = gemm_kernel(t, isa);
-  const std::vector<uint8_t> w1 = quantized(t, random_floats(n, 1));
-  const int64_t nr = std::max<int64_t>(1, 4096 / static_cast<int64_t>(w1.size()));
-  std::vector<uint8_t> w(w1.size() * nr);
-  for (int64_t r = 0; r < nr; ++r) std::memcpy(w.data() + r * w1.size(), w1.data(), w1.size());
-  std::vector<uint8_t> a(row_size(k.vec_dot_type, n)), packed(g->packed_size(n));
-  const std::vector<float> x = random_floats(n, 2);
-  kernels(k.vec_dot_type, Isa::Scalar).from_float(x.data(), a.data(), n);
-  if (g->pack) g->pack(a.data(), packed.data(), n);  // else the rows read the vec_dot_type row as it is
-  const uint8_t* act = g->pack ? packed.data() : a.data();
-  std::vector<float> s(nr);
+  std::vector<float> s(c.nr);
   for (auto _ : st) {
-    g->rows(n, w.data(), w1.size(), nr, act, s.data());
+    g->rows(c.n, c.w.data(), c.row, c.nr, c.act, s.data());
     benchmark::DoNotOptimize(s.data());
   }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.size()));
-  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n * nr) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * c.w.size()));
+  st.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(c.n * c.nr) * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// The decode rows against vec_dot a row (what decode takes without them) on about 128 KB of rows in
+// cache, alternated in batches of 20 calls so that the host's drift hits both: rows_speedup is the
+// median of the per-batch time ratios vec_dot / rows (above 1: the rows are faster).
+void BM_row_vs_dot(benchmark::State& st, T t, Isa isa) {
+  const RowCase c(t, isa, st.range(0), 128 << 10);
+  const QuantKernels& k = kernels(t, isa);
+  const GemmKernel* g = gemm_kernel(t, isa);
+  std::vector<float> s(c.nr);
+  auto timed = [&](bool rows) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) {
+      if (rows) g->rows(c.n, c.w.data(), c.row, c.nr, c.act, s.data());
+      else
+        for (int64_t r = 0; r < c.nr; ++r) k.vec_dot(c.n, &s[r], c.w.data() + r * c.row, c.a.data());
+      benchmark::DoNotOptimize(s.data());
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> td, tr, ratio;
+  for (auto _ : st) {
+    td.push_back(timed(false)), tr.push_back(timed(true));
+    ratio.push_back(td.back() / tr.back());
+    st.SetIterationTime(td.back() + tr.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double bytes = 20.0 * static_cast<double>(c.w.size());
+  st.counters["vec_dot_GB/s"] = bytes / median(td) / 1e9;
+  st.counters["rows_GB/s"] = bytes / median(tr) / 1e9;
+  st.counters["rows_speedup"] = median(ratio);
 }
 
 // llama.cpp's kernel on the same inputs (ggml CPU backend via dlopen), for comparison.
@@ -513,6 +561,15 @@ void register_all() {
       }
       benchmark::RegisterBenchmark(("to_float/" + suffix).c_str(), BM_to_float, t, isa);
     }
+  // The rows against vec_dot: the types whose decode would otherwise take vec_dot (not k3's own
+  // layouts, whose vec_dot is a reference), and Q2_K_SB (Q2_K as llama.cpp's AVX-512 builds repack it).
+  std::vector<T> row_types(std::begin(kWeightTypes), std::end(kWeightTypes));
+  row_types.push_back(T::Q2_K_SB);
+  for (T t : row_types)
+    for (Isa isa : isas())
+      if (const GemmKernel* g = gemm_kernel(t, isa); g && g->rows && t != T::MXFP4_LANES && t != T::Q8_0_X8 && t != T::Q4_K_LANES)
+        benchmark::RegisterBenchmark(("row_vs_dot/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_row_vs_dot, t, isa)
+            ->Arg(2048)->Arg(kRow)->UseManualTime()->Iterations(200);
   if (test::GgmlCpu::get())
     for (T t : kWeightTypes)
       if (t != T::MXFP4_LANES && t != T::Q8_0_X8 && t != T::Q4_K_LANES)  // k3's own layouts

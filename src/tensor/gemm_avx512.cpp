@@ -540,8 +540,9 @@ constexpr GemmKernel kQ4KLanes = q4kl_kernels<Q4KlW512, Q4KlDot512, Q4KlPairGemm
 constexpr GemmKernel kQ80X8 = elem_kernel<Q80X8E, true>();
 constexpr GemmKernel kQ80X8Run256 = elem_kernel<Q80X8E>();
 constexpr GemmKernel kQ50 = elem_kernel<Q50E>();
-// Q2_K (also repacked) and Q3_K decode in two parts on every CPU: two rows' chains and streams, 1.04-1.14x
-// one row at a time on Zen 5 (m64 with their trunks), which is 1.24-1.35x vec_dot (docs/performance.md).
+// Q2_K (also repacked) and Q3_K decode in two parts on every CPU (two rows' chains and streams):
+// on Zen 5 1.28-1.44x vec_dot in cache, m64 with their trunks 1.04-1.14x one row at a time
+// (docs/performance.md).
 constexpr GemmKernel kQ2K = unpacked_in_parts<KQuantGemm<Q2KW, KDot>>()[1];
 constexpr GemmKernel kQ2KSb = unpacked_in_parts<KQuantGemm<Q2KW, KDot, 2, 8, KqBlockSum>>()[1];
 constexpr GemmKernel kQ3K = unpacked_in_parts<KQuantGemm<Q3KW, KDot>>()[1];
