@@ -42,13 +42,13 @@ bool full_width_512();
 void set_full_width_512(bool on);
 // Whether the decode rows that may run either way run in two parts, two streams a thread: the
 // 256-bit Q4_K_LANES rows (AVX2, AVX-VNNI; the 512-bit ones always do), the MXFP4_LANES rows at
-// every level, the F16, BF16, Q5_K and Q6_K rows and the 256-bit F32 rows (their tile over two
+// every level, the F16, BF16 and Q6_K rows and the 256-bit F32 and Q5_K rows (their tile over two
 // rows, else vec_dot a row), and the Q4_0, IQ4_NL and file-layout MXFP4 rows. On Intel one stream
 // reads ~0.8 of a core's probe and two its whole rate (bench_kernels matvec/): m64-q4k decode
 // 1.07-1.11x for the Q4_K rows, then 1.02-1.05x for the MXFP4 ones; a Q6_K trunk 1.06-1.10x, Q5_K
-// 1.02-1.04x, BF16 1.14-1.25x (docs/notes/i37m.md, i37o.md). Q2_K (and Q2_K_SB) and Q3_K: at
-// AVX-512 always in parts (like the 512-bit Q4_K_LANES rows), at 256 bits vec_dot, which their
-// arithmetic bounds and the tile does slower (0.81-0.90x). AMD keeps
+// 1.02-1.04x, BF16 1.14-1.25x (docs/notes/i37m.md, i37o.md). Q2_K (and Q2_K_SB), Q3_K and Q5_K:
+// at AVX-512 always in parts (like the 512-bit Q4_K_LANES rows); Q2_K and Q3_K at 256 bits vec_dot,
+// which their arithmetic bounds and the tile does slower (0.81-0.90x). AMD keeps
 // one row a step (Zen 5: Q4_K 0.96x, MXFP4 at 512 bits 1.00-1.02x; docs/notes/i37e.md, i37f.md).
 // K3_DECODE_STREAMS=1|2 overrides; set_decode_in_parts: tests and benchmarks, between parallel
 // regions.

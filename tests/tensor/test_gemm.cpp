@@ -83,11 +83,12 @@ int64_t check(T t, Isa isa, const Case& cs, uint32_t seed) {
   return cs.rows * cs.tokens;
 }
 
-// F16, BF16, Q5_K, Q6_K and (but at AVX-512) F32 have decode rows (their tile over two rows, in
+// F16, BF16, Q6_K and (but at AVX-512) F32 and Q5_K have decode rows (their tile over two rows, in
 // parts) where decode_in_parts asks for them, else none (vec_dot a row); Q4_0, IQ4_NL and MXFP4
 // have rows one at a time or in parts: both forms are checked, and that the table follows the switch.
+// (At AVX-512 the Q2_K, Q3_K and Q5_K rows are always in parts.)
 bool switched(T t, Isa isa) {
-  return t == T::F16 || t == T::BF16 || t == T::Q5_K || t == T::Q6_K || (t == T::F32 && isa != Isa::Avx512) ||
+  return t == T::F16 || t == T::BF16 || t == T::Q6_K || ((t == T::F32 || t == T::Q5_K) && isa != Isa::Avx512) ||
          t == T::Q4_0 || t == T::IQ4_NL || t == T::MXFP4;
 }
 bool rows_without_parts(T t) { return t == T::Q4_0 || t == T::IQ4_NL || t == T::MXFP4; }

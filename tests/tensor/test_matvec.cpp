@@ -141,10 +141,10 @@ TEST(Matvec, SeveralTokensAreOneVecDotPerOutput) {
 
 TEST(Matvec, DecodeRowsOfAnyCountAreOneVecDotPerOutput) {
   // The llama.cpp-order rows (Q8_0, Q5_0, Q8_0_X8) and the 512-bit Q4_K_LANES, Q2_K (Q2_K_SB: the
-  // same bytes) and Q3_K rows take a chunk's rows in one call and run them in parts, an odd last row
-  // alone: every row count up to 19, and 45 (several chunks on two threads), rows of 256 and 2048
-  // inputs, as a group of two products.
-  const T types[] = {T::Q8_0, T::Q5_0, T::Q8_0_X8, T::Q4_K_LANES, T::Q2_K, T::Q2_K_SB, T::Q3_K};
+  // same bytes), Q3_K and Q5_K rows take a chunk's rows in one call and run them in parts, an odd
+  // last row alone: every row count up to 19, and 45 (several chunks on two threads), rows of 256
+  // and 2048 inputs, as a group of two products.
+  const T types[] = {T::Q8_0, T::Q5_0, T::Q8_0_X8, T::Q4_K_LANES, T::Q2_K, T::Q2_K_SB, T::Q3_K, T::Q5_K};
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const Isa saved = active_isa();
