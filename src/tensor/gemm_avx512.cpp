@@ -258,16 +258,15 @@ struct Q6KW {
   using Block = block_q6_K;
   static constexpr int kShift = 5;
   static void decode(const Block& x, KDecoded& d) {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    // chunks 4h, 4h + 1 (u[2h]) are the low nibbles of ql[64h..], 4h + 2, 4h + 3 the high ones; their
+    // high bits are bits 0-1, 2-3 (and 4-5, 6-7) of qh[32h..]: one broadcast of qh whose high half is
+    // shifted by 2 (a masked shift) serves both registers, each merged by one vpternlogd
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
     for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = load256(x.ql + 64 * h), l1 = load256(x.ql + 64 * h + 32), qh = load256(x.qh + 32 * h);
-      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
-      const __m256i q3 =
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-      d.u[2 * h] = join256(q0, q1);
-      d.u[2 * h + 1] = join256(q2, q3);
+      const __m512i l = load512(x.ql + 64 * h), b = _mm512_broadcast_i64x4(load256(x.qh + 32 * h));
+      const __m512i qh = _mm512_mask_srli_epi16(b, kHighHalf, b, 2);
+      d.u[2 * h] = _mm512_ternarylogic_epi32(l, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30), m4, 0xEC);  // (a & c) | b
+      d.u[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), _mm512_and_si512(qh, m30), m4, 0xEC);
     }
     d.m16 = _mm256_cvtepi8_epi16(load128(x.scales));
     scale_words(d.m16, d.sw);
