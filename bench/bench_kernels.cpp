@@ -397,6 +397,53 @@ void BM_few_tokens(benchmark::State& st, T t, Isa isa, int64_t width) {
   stream_tokens(st, t, isa, static_cast<int>(st.range(0)), st.range(1), width);
 }
 
+// ---- a region's start and end ------------------------------------------------------------------
+
+// Back-to-back regions of range(1) rows of m64's width (2048) each, one product a region (cut by the
+// decode chunk rule, as a token's are) through the big matrix, cold, on range(0) threads: what a
+// region costs beyond its bytes. regions_raw/ cuts the probe buffer into regions of range(1) KiB,
+// one chunk a thread summed by plain loads: the same cost without the kernels. Zen 5, 2 threads: a
+// region costs ~2.3 us more than its bytes even for plain loads (docs/notes/i37t.md).
+void BM_regions(benchmark::State& st, T t, Isa isa) {
+  const BigMatrix& m = big_matrix(t);
+  const int64_t width = 2048, rows = st.range(1);
+  const size_t rb = row_size(t, width);
+  const int64_t n = static_cast<int64_t>(m.buf->size() / rb) / rows;
+  const std::vector<float> x = random_floats(width, 5);
+  std::vector<float> y(rows);
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  const Isa saved = active_isa();
+  set_isa(isa);
+  std::vector<uint8_t> xq;
+  const void* xp = quantize_activation(t, x.data(), width, xq);
+  time_against_probe(st, pool, static_cast<double>(rb) * static_cast<double>(rows * n), [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) {
+      const Matvec mv{WeightView{t, m.buf->data() + i * rows * rb, width, rows, rb}, xp, y.data()};
+      matvec_batch(&mv, 1, 1, pool);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  set_isa(saved);
+}
+
+void BM_regions_raw(benchmark::State& st) {
+  const BigBuffer& buf = probe_buffer();
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  const size_t bytes = static_cast<size_t>(st.range(1)) << 10, n = buf.size() / bytes;
+  const size_t share = bytes / static_cast<size_t>(pool.size()) / 64 * 64;
+  std::atomic<uint64_t> sum{0};
+  time_against_probe(st, pool, static_cast<double>(share * pool.size() * n), [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < n; ++i)
+      pool.chunks(pool.size(), 1, [&](int64_t c, int64_t) {
+        sum.fetch_add(stream_sum(buf.data() + i * bytes + static_cast<size_t>(c) * share, share), std::memory_order_relaxed);
+      });
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  benchmark::DoNotOptimize(sum.load());
+}
+
 // ---- a token's routed experts ----------------------------------------------------------------
 
 // What a decode token reads in a MoE layer: k of E stacked experts (gate and up [F rows of dl],
@@ -596,6 +643,14 @@ void register_all() {
       benchmark::RegisterBenchmark(("matvec/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_matvec, t, isa)
           ->Arg(1)->Arg(2)->UseManualTime()->Iterations(8)->Unit(benchmark::kMillisecond);
     }
+  // m64's products: kda_gate's 160 KB to a KDA layer's 9 MB (rows of 1152 bytes as Q4_K_LANES)
+  for (T t : {T::Q4_K_LANES, T::MXFP4_LANES})
+    for (Isa isa : isas())
+      if (isa != Isa::Scalar)
+        benchmark::RegisterBenchmark(("regions/" + std::string(type_name(t)) + "/" + isa_name(isa)).c_str(), BM_regions, t, isa)
+            ->ArgsProduct({{1, 2}, {160, 320, 1024, 2048, 8192}})->UseManualTime()->Iterations(6)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("regions_raw", BM_regions_raw)
+      ->ArgsProduct({{1, 2}, {180, 360, 1152, 2304, 9216}})->UseManualTime()->Iterations(6)->Unit(benchmark::kMillisecond);
   // K3's width, and m64's 2048 (few_tokens_2048/: a verify pass's trunk products of m64).
   for (auto [name, width] : {std::pair{"few_tokens/", kRow}, {"few_tokens_2048/", int64_t{2048}}})
     for (T t : {T::F32, T::F16, T::BF16, T::Q8_0_X8, T::Q4_K, T::MXFP4_LANES})
