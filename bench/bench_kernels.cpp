@@ -76,6 +76,20 @@ std::vector<uint8_t> quantized(T t, const std::vector<float>& x) {
   return b;
 }
 
+// Seconds f() takes.
+template <class F>
+double seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The median of v (of an even count, the upper middle).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // ---- per-row kernels ----------------------------------------------------------------------------
 
 void BM_vec_dot(benchmark::State& st, T t, Isa isa) {
@@ -140,14 +154,14 @@ void BM_row_vs_dot(benchmark::State& st, T t, Isa isa) {
   const GemmKernel* g = gemm_kernel(t, isa);
   std::vector<float> s(c.nr);
   auto timed = [&](bool rows) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 20; ++i) {
-      if (rows) g->rows(c.n, c.w.data(), c.row, c.nr, c.act, s.data());
-      else
-        for (int64_t r = 0; r < c.nr; ++r) k.vec_dot(c.n, &s[r], c.w.data() + r * c.row, c.a.data());
-      benchmark::DoNotOptimize(s.data());
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return seconds([&] {
+      for (int i = 0; i < 20; ++i) {
+        if (rows) g->rows(c.n, c.w.data(), c.row, c.nr, c.act, s.data());
+        else
+          for (int64_t r = 0; r < c.nr; ++r) k.vec_dot(c.n, &s[r], c.w.data() + r * c.row, c.a.data());
+        benchmark::DoNotOptimize(s.data());
+      }
+    });
   };
   std::vector<double> td, tr, ratio;
   for (auto _ : st) {
@@ -155,10 +169,6 @@ void BM_row_vs_dot(benchmark::State& st, T t, Isa isa) {
     ratio.push_back(td.back() / tr.back());
     st.SetIterationTime(td.back() + tr.back());
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double bytes = 20.0 * static_cast<double>(c.w.size());
   st.counters["vec_dot_GB/s"] = bytes / median(td) / 1e9;
   st.counters["rows_GB/s"] = bytes / median(tr) / 1e9;
@@ -282,18 +292,18 @@ void BM_row_order(benchmark::State& st, RowOrder order) {
   uint64_t sum = 0;
   double best = 1e30;
   for (auto _ : st) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (order == RowOrder::One) {
-      for (size_t o = 0; o + 64 <= rows * rb; o += 64) sum += line(p + o);
-    } else {
-      const bool pairs = order == RowOrder::Pairs;
-      const size_t far = pairs ? rb : h * rb;  // from a step's first row to its second
-      for (size_t i = 0; i < h; ++i) {
-        const uint8_t* a = p + (pairs ? 2 * i : i) * rb;
-        for (size_t o = 0; o + 64 <= rb; o += 64) sum += line(a + o) + line(a + far + o);
+    const double s = seconds([&] {
+      if (order == RowOrder::One) {
+        for (size_t o = 0; o + 64 <= rows * rb; o += 64) sum += line(p + o);
+      } else {
+        const bool pairs = order == RowOrder::Pairs;
+        const size_t far = pairs ? rb : h * rb;  // from a step's first row to its second
+        for (size_t i = 0; i < h; ++i) {
+          const uint8_t* a = p + (pairs ? 2 * i : i) * rb;
+          for (size_t o = 0; o + 64 <= rb; o += 64) sum += line(a + o) + line(a + far + o);
+        }
       }
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
     best = std::min(best, s);
     st.SetIterationTime(s);
   }
@@ -362,12 +372,11 @@ void time_against_probe(benchmark::State& st, ThreadPool& pool, double bytes, Wo
     best_p = std::min(best_p, tp);
     ratios.push_back((bytes / tw) / (static_cast<double>(kProbeBytes) / tp));
   }
-  std::sort(ratios.begin(), ratios.end());
   st.counters["weight_GB/s"] = bytes / best_w / 1e9;
   st.counters["weight_GB/s_mean"] = bytes * static_cast<double>(st.iterations()) / total / 1e9;
   st.counters["membw_GB/s"] = static_cast<double>(kProbeBytes) / best_p / 1e9;
   st.counters["ratio"] = (bytes / best_w) / (static_cast<double>(kProbeBytes) / best_p);
-  st.counters["ratio_median"] = ratios[ratios.size() / 2];
+  st.counters["ratio_median"] = median(ratios);
 }
 
 // The big matrix streamed once by a product of n_tok tokens on `threads` threads, read as rows of
@@ -381,11 +390,8 @@ void stream_tokens(benchmark::State& st, T t, Isa isa, int threads, int64_t n_to
   ThreadPool pool(threads);
   const Isa saved = active_isa();
   set_isa(isa);
-  time_against_probe(st, pool, static_cast<double>(w.nb1) * static_cast<double>(ne1), [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    matmul(w, x.data(), n_tok, y.data(), pool);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  });
+  time_against_probe(st, pool, static_cast<double>(w.nb1) * static_cast<double>(ne1),
+                     [&] { return seconds([&] { matmul(w, x.data(), n_tok, y.data(), pool); }); });
   set_isa(saved);
 }
 
@@ -417,12 +423,12 @@ void BM_regions(benchmark::State& st, T t, Isa isa) {
   std::vector<uint8_t> xq;
   const void* xp = quantize_activation(t, x.data(), width, xq);
   time_against_probe(st, pool, static_cast<double>(rb) * static_cast<double>(rows * n), [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < n; ++i) {
-      const Matvec mv{WeightView{t, m.buf->data() + i * rows * rb, width, rows, rb}, xp, y.data()};
-      matvec_batch(&mv, 1, 1, pool);
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return seconds([&] {
+      for (int64_t i = 0; i < n; ++i) {
+        const Matvec mv{WeightView{t, m.buf->data() + i * rows * rb, width, rows, rb}, xp, y.data()};
+        matvec_batch(&mv, 1, 1, pool);
+      }
+    });
   });
   set_isa(saved);
 }
@@ -434,12 +440,12 @@ void BM_regions_raw(benchmark::State& st) {
   const size_t share = bytes / static_cast<size_t>(pool.size()) / 64 * 64;
   std::atomic<uint64_t> sum{0};
   time_against_probe(st, pool, static_cast<double>(share * pool.size() * n), [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < n; ++i)
-      pool.chunks(pool.size(), 1, [&](int64_t c, int64_t) {
-        sum.fetch_add(stream_sum(buf.data() + i * bytes + static_cast<size_t>(c) * share, share), std::memory_order_relaxed);
-      });
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return seconds([&] {
+      for (size_t i = 0; i < n; ++i)
+        pool.chunks(pool.size(), 1, [&](int64_t c, int64_t) {
+          sum.fetch_add(stream_sum(buf.data() + i * bytes + static_cast<size_t>(c) * share, share), std::memory_order_relaxed);
+        });
+    });
   });
   benchmark::DoNotOptimize(sum.load());
 }
@@ -489,10 +495,10 @@ void BM_experts(benchmark::State& st, T t, Isa isa, ExpertShape sh) {
       up.push_back({WeightView{t, x + up_bytes, sh.dl, sh.F, row_size(t, sh.dl)}, zp, yj + sh.F});
       down.push_back({WeightView{t, x + 2 * up_bytes, sh.F, sh.dl, row_size(t, sh.F)}, hp, yj + 2 * sh.F});
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    matvec_batch(up.data(), up.size(), 2, pool);
-    matvec_batch(down.data(), down.size(), 1, pool);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return seconds([&] {
+      matvec_batch(up.data(), up.size(), 2, pool);
+      matvec_batch(down.data(), down.size(), 1, pool);
+    });
   };
   time_against_probe(st, pool, static_cast<double>(per * sh.k), token);
   set_isa(saved);
@@ -522,9 +528,7 @@ void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {
   set_isa(isa);
   auto timed = [&](PrefetchSetting s) {
     set_prefetch_setting(s);
-    const auto t0 = std::chrono::steady_clock::now();
-    matmul(w, x.data(), 1, y.data(), pool);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return seconds([&] { matmul(w, x.data(), 1, y.data(), pool); });
   };
   timed(a);  // warm
   std::vector<double> ta, tb, ratio;
@@ -537,10 +541,6 @@ void BM_prefetch_ab(benchmark::State& st, T t, Isa isa) {
   }
   set_isa(saved_isa);
   set_prefetch_setting(a);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   st.counters["a_GB/s"] = bytes / median(ta) / 1e9;
   st.counters["b_GB/s"] = bytes / median(tb) / 1e9;
   st.counters["a_over_b_time"] = median(ratio);
