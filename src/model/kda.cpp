@@ -10,53 +10,12 @@ namespace k3::model {
 
 namespace {
 
-// Causal depthwise conv over time + silu (§6.3 step 2) of channels [c0, c1). p, y: [T][D] projected
-// inputs and outputs; conv_w: [D][K] taps (tap K-1 on the current input); state: [D][K-1] previous
-// inputs, oldest first. Computed a time step at a time across the channels: contiguous rows that
-// vectorise, where a channel at a time walked T rows D floats apart (the same cache set at D =
-// 2048). Each output is still 0 + w_0 x_0 + ... + w_{K-1} x_{K-1} in tap order.
-void conv_silu(const float* p, const float* conv_w, float* state, int64_t T, int64_t D, int64_t K, int64_t c0,
-               int64_t c1, float* y) {
-  const int64_t S = K - 1, n = c1 - c0;
-  if (T == 1) {  // decode: a channel's taps and history are contiguous, so no transposed copies
-    for (int64_t c = c0; c < c1; ++c) {
-      const float* wc = conv_w + c * K;
-      float* hc = state + c * S;
-      float acc = 0.0f;  // the operations of the loop below, in its order
-      for (int64_t j = 0; j < S; ++j) {
-        const float h = hc[j];
-        acc += wc[j] * h;
-        if (j > 0) hc[j - 1] = h;  // the window shifts in this pass: a loop of its own became a memmove a channel
-      }
-      acc += wc[S] * p[c];
-      if (S > 0) hc[S - 1] = p[c];
-      y[c] = acc;
-    }
-    ops::silu_n(y + c0, n);
-    return;
-  }
-  thread_local std::vector<float> taps, hist;  // [K][n] taps, [S][n] previous inputs
-  scratch_zeros(taps, K * n);
-  scratch_zeros(hist, S * n);
-  for (int64_t c = 0; c < n; ++c) {
-    for (int64_t j = 0; j < K; ++j) taps[j * n + c] = conv_w[(c0 + c) * K + j];
-    for (int64_t j = 0; j < S; ++j) hist[j * n + c] = state[(c0 + c) * S + j];
-  }
-  // channels [c0, c1) of input row r of the window sequence: the S previous inputs, then the batch
-  auto in = [&](int64_t r) { return r < S ? &hist[r * n] : p + (r - S) * D + c0; };
-  for (int64_t t = 0; t < T; ++t) {
-    float* yt = y + t * D + c0;
-    for (int64_t c = 0; c < n; ++c) yt[c] = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-      const float *wj = &taps[j * n], *xj = in(t + j);
-      for (int64_t c = 0; c < n; ++c) yt[c] += wj[c] * xj[c];
-    }
-  }
-  for (int64_t j = 0; j < S; ++j) {
-    const float* xj = in(T + j);
-    for (int64_t c = 0; c < n; ++c) state[(c0 + c) * S + j] = xj[c];
-  }
-  for (int64_t t = 0; t < T; ++t) ops::silu_n(y + t * D + c0, n);
+// Causal depthwise conv over time + silu (§6.3 step 2) of channels [c0, c1); the arguments are
+// VecMath::causal_conv's.
+void conv_silu(const VecMath& vm, const float* p, const float* conv_w, float* state, int64_t T, int64_t D,
+               int64_t K, int64_t c0, int64_t c1, float* y) {
+  vm.causal_conv(p, conv_w, state, T, D, K, c0, c1, y);
+  for (int64_t t = 0; t < T; ++t) ops::silu_n(y + t * D + c0, c1 - c0);
 }
 
 // l2n over one head (§5): rmsnorm(x; eps/n), then a separate multiplication by 1/sqrt(n).
@@ -105,6 +64,7 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   const int64_t nh = w.ssm_a.ne[0], d = hp.kda_head_dim, D = nh * d, D_all = w.wo.ne[0], K = hp.ssm_d_conv;
   const int64_t H = hp.n_embd, H_out = w.wo.ne[1];
   const float eps = hp.rms_eps;
+  const VecMath& vm = vecmath();
   auto trace = [&](const char* name, const float* v, int64_t n) {
     if (ctx.trace) ctx.trace->record(name, static_cast<int>(il), v, T, n);
   };
@@ -132,8 +92,8 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
   auto conv_rows = [&](size_t s, int64_t c0, int64_t c1) {
     if (s >= 3) return;  // f_a, beta, the gate
     for (const SegRows& sg : segs)
-      conv_silu(&proj[s * T * D] + sg.row0 * D, conv[s]->f32(), sg.state->layers[il].conv.data() + s * D * (K - 1),
-                sg.n, D, K, c0, c1, dst[s] + sg.row0 * D);
+      conv_silu(vm, &proj[s * T * D] + sg.row0 * D, conv[s]->f32(),
+                sg.state->layers[il].conv.data() + s * D * (K - 1), sg.n, D, K, c0, c1, dst[s] + sg.row0 * D);
   };
   const LinearJob jobs[] = {{w.wq, x, &proj[0]},         {w.wk, x, &proj[T * D]}, {w.wv, x, &proj[2 * T * D]},
                             {w.f_a, x, fa.data()},        {w.beta, x, beta.data()}, {w.ssm_g, x, gate.data()}};
@@ -191,7 +151,6 @@ void kda_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
     keep(j->g, &g[sg.row0 * D], sg.n, D), keep(j->beta, &beta[sg.row0 * nh], sg.n, nh);
   }
   scratch_zeros(o, T * D_all);  // [T][D] here, all heads after the gather
-  const VecMath& vm = vecmath();
   par_for(ctx, n_seg * nh, (T + n_seg - 1) / n_seg * d * d * 4, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> eg;
     scratch_zeros(eg, d);

@@ -1,6 +1,9 @@
 #include "tensor/vecmath.h"
 
 #include <cmath>
+#include <vector>
+
+#include "tensor/scratch.h"
 
 namespace k3 {
 
@@ -53,6 +56,8 @@ void delta_rule_ref(float* S, int64_t d, const float* eg, const float* k, const 
   }
 }
 
+#include "tensor/causal_conv.inc"
+
 }  // namespace
 
 namespace detail {
@@ -67,7 +72,8 @@ namespace {
 struct Tables {
   VecMath t[3];
   Tables() {
-    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, delta_rule_ref};
+    // the conv in the AVX2 builds' order: llama.cpp's SSE builds run on no CPU k3 meets
+    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, delta_rule_ref, causal_conv_as<8>};
     t[1] = t[0];
     detail::vecmath_avx2(t[1]);
     t[2] = t[1];

@@ -1,7 +1,9 @@
-// Element-wise transcendental functions of the model (situ, sigmoid, silu, exp) over arrays, with
-// run-time ISA dispatch like the kernels. The scalar forms (libm, in the model's evaluation order)
-// are the references; the SIMD forms use polynomial exp/expm1 and stay within a few ulp of them
-// (tests/tensor/test_vecmath.cpp states the bounds).
+// Element-wise transcendental functions of the model (situ, sigmoid, silu, exp) over arrays and
+// KDA's two kernels (delta rule, causal conv), with run-time ISA dispatch like the kernels. The
+// scalar forms (libm, in the model's evaluation order) are the references; the SIMD forms use
+// polynomial exp/expm1 and stay within a few ulp of them (tests/tensor/test_vecmath.cpp states the
+// bounds); the delta rule gives the same bits at every level, silu and the conv llama.cpp's for the
+// level's vector width.
 #pragma once
 #include <cstdint>
 
@@ -26,6 +28,12 @@ struct VecMath {
   // as a halving tree, so every ISA gives the same bits.
   void (*delta_rule)(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
                      float beta, float scale, float* o);
+  // Causal depthwise conv over time (model.md §6.3 step 2) of channels [c0, c1): p, y [T][D]
+  // projected inputs and outputs; w [D][K] taps (tap K-1 on the current input); state [D][K-1]
+  // previous inputs, oldest first, moved on by T. Summed in llama.cpp's order for the level's vector
+  // width (causal_conv.inc).
+  void (*causal_conv)(const float* p, const float* w, float* state, int64_t T, int64_t D, int64_t K, int64_t c0,
+                      int64_t c1, float* y);
 };
 
 // For the active ISA (kernels.h), or a given one (falls back to the best available below it).

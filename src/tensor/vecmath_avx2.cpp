@@ -1,6 +1,10 @@
 // AVX2 + FMA forms of vecmath.h (8 lanes). Only file-local code (kernels_impl.h explains why).
 #include <immintrin.h>
 
+#include <cmath>
+#include <vector>
+
+#include "tensor/scratch.h"
 #include "tensor/vecmath.h"
 
 namespace k3 {
@@ -38,6 +42,23 @@ inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_
 inline __m256 fold16(const vf* a) { return _mm256_add_ps(a[0], a[1]); }
 
 #include "tensor/vecmath_simd.inc"
+
+// ggml's AVX2 form: k = 2^n from the shifter's bits, the result k·j + k; where |n| > 126, 2^n as
+// s1·s2 (both normal), and s1² (0 or inf) past |n| > 192.
+inline vf exp_ggml(vf t) {
+  const ExpParts e = exp_parts(t);
+  const __m256i bits = _mm256_slli_epi32(_mm256_castps_si256(e.z), 23);
+  const vf k = _mm256_castsi256_ps(_mm256_add_epi32(bits, _mm256_castps_si256(set1(1.0f))));
+  const vf j = fma(e.u, e.q, mul(set1(0x1.ffffecp-1f), e.b)), r = fma(j, k, k);
+  const vf big = _mm256_cmp_ps(vabs(e.n), set1(126.0f), _CMP_GT_OQ);
+  if (!_mm256_movemask_ps(big)) return r;
+  const __m256i d = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(e.n, set1(0.0f), _CMP_LE_OQ)),
+                                     _mm256_set1_epi32(static_cast<int>(0x82000000u)));
+  const vf s1 = _mm256_castsi256_ps(_mm256_add_epi32(d, _mm256_set1_epi32(0x7f000000)));
+  const vf s2 = _mm256_castsi256_ps(_mm256_sub_epi32(bits, d));
+  const vf huge = _mm256_cmp_ps(vabs(e.n), set1(192.0f), _CMP_GT_OQ);
+  return _mm256_blendv_ps(_mm256_blendv_ps(r, mul(fma(s2, j, s2), s1), big), mul(s1, s1), huge);
+}
 
 }  // namespace
 

@@ -1,6 +1,10 @@
 // AVX-512 forms of vecmath.h (16 lanes). Only file-local code (kernels_impl.h explains why).
 #include "tensor/avx512.h"
 
+#include <cmath>
+#include <vector>
+
+#include "tensor/scratch.h"
 #include "tensor/vecmath.h"
 
 namespace k3 {
@@ -32,6 +36,15 @@ inline __m256 fold16(const vf* a) {
 }
 
 #include "tensor/vecmath_simd.inc"
+
+// ggml's AVX-512 form: 1 inside the last multiply-add, scalef by n; |n| > 192 gives 0 or inf.
+inline vf exp_ggml(vf t) {
+  const ExpParts e = exp_parts(t);
+  const vf r = _mm512_scalef_ps(fma(e.q, e.u, fma(set1(0x1.ffffecp-1f), e.b, set1(1.0f))), e.n);
+  const __mmask16 huge = _mm512_cmp_ps_mask(vabs(e.n), set1(192.0f), _CMP_GT_OQ);
+  const __mmask16 low = _mm512_cmp_ps_mask(e.n, set1(0.0f), _CMP_LE_OQ);
+  return _mm512_mask_blend_ps(huge, r, _mm512_mask_blend_ps(low, set1(INFINITY), set1(0.0f)));
+}
 
 }  // namespace
 

@@ -1,7 +1,8 @@
 // dlopen wrapper for ggml's CPU backend (the node-llama-cpp prebuilt), used only as a test oracle:
 // the activation quantizers (from_float) and dot products (vec_dot) of each type, and whole matrix
 // products run the way llama.cpp runs them (a one-node graph on the CPU backend, the weight in the
-// CPU_REPACK buffer where llama.cpp would place it), which is what llama.cpp's models compute.
+// CPU_REPACK buffer where llama.cpp would place it), which is what llama.cpp's models compute; its
+// silu and KDA conv likewise.
 #pragma once
 #include <dlfcn.h>
 
@@ -72,6 +73,28 @@ class GgmlCpu {
     });
   }
 
+  // ggml_vec_silu_f32 of this variant: silu of n floats (what its silu op runs on each row).
+  std::vector<float> silu(const float* x, int n) const {
+    std::vector<float> y(n);
+    vec_silu_(n, y.data(), x);
+    return y;
+  }
+  // llama.cpp's KDA conv + silu (ggml_silu of ggml_ssm_conv): D channels, K taps w[c][j] (tap K-1 on
+  // the current input), the K-1 previous inputs state[c][j] (oldest first), T new inputs p[t][c];
+  // y[t][c].
+  std::vector<float> ssm_conv_silu(const float* p, const float* w, const float* state, int64_t T, int64_t D,
+                                   int64_t K) const {
+    std::vector<float> sx((K - 1 + T) * D);  // a channel's window row: the state, then the batch
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t r = 0; r < K - 1 + T; ++r)
+        sx[c * (K - 1 + T) + r] = r < K - 1 ? state[c * (K - 1) + r] : p[(r - K + 1) * D + c];
+    return run(false, 1, w, sx.data(), nullptr, D * T, [&](void* wc, void* ac) {
+      void* C = f_.new_tensor_2d(wc, 0, K, D);
+      void* X = f_.new_tensor_3d(ac, 0, K - 1 + T, D, 1);
+      return Graph{C, X, f_.silu(ac, f_.ssm_conv(ac, X, C)), nullptr};
+    });
+  }
+
  private:
   struct InitParams {  // ABI of `struct ggml_init_params` (ggml.h)
     size_t mem_size;
@@ -85,6 +108,8 @@ class GgmlCpu {
     void* (*new_tensor_3d)(void*, int, int64_t, int64_t, int64_t);
     void* (*mul_mat)(void*, void*, void*);
     void* (*mul_mat_id)(void*, void*, void*, void*);
+    void* (*ssm_conv)(void*, void*, void*);
+    void* (*silu)(void*, void*);
     void* (*new_graph)(void*);
     void (*build_forward_expand)(void*, void*);
     void* (*alloc_ctx_tensors_from_buft)(void*, void*);
@@ -196,6 +221,9 @@ class GgmlCpu {
     sym(base, f.new_tensor_3d, "ggml_new_tensor_3d");
     sym(base, f.mul_mat, "ggml_mul_mat");
     sym(base, f.mul_mat_id, "ggml_mul_mat_id");
+    sym(base, f.ssm_conv, "ggml_ssm_conv");
+    sym(base, f.silu, "ggml_silu");
+    sym(h, g->vec_silu_, "ggml_vec_silu_f32");
     sym(base, f.new_graph, "ggml_new_graph");
     sym(base, f.build_forward_expand, "ggml_build_forward_expand");
     sym(base, f.alloc_ctx_tensors_from_buft, "ggml_backend_alloc_ctx_tensors_from_buft");
@@ -224,6 +252,7 @@ class GgmlCpu {
 
   const Traits* (*get_traits_)(int) = nullptr;
   int (*has_avx512_)() = nullptr;
+  void (*vec_silu_)(int, float*, const float*) = nullptr;
   std::string variant_;
   Fns f_{};
   mutable bool last_repacked_ = false;

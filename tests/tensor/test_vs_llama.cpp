@@ -21,6 +21,7 @@
 #include "tensor/matmul.h"
 #include "tensor/repack.h"
 #include "tensor/threadpool.h"
+#include "tensor/vecmath.h"
 
 namespace k3 {
 namespace {
@@ -108,6 +109,58 @@ TEST(VsLlama, MatmulOnTheAvx2Variant) {
   const test::GgmlCpu* g = test::GgmlCpu::variant("haswell");
   ASSERT_TRUE(g || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
   if (g) check_variant(*g);
+}
+
+// KDA's conv + silu against llama.cpp's (ggml_silu of ggml_ssm_conv: 1 to 33 tokens, kernels of 2
+// to 17 taps, K3's 4 among them, a row of D = 200 channels, 8 in ggml's scalar tail) and silu alone (ggml_vec_silu_f32) over
+// [-110, 90] on variant g: k3's levels of g's vector width (AVX-512 for its AVX-512 builds, AVX2 and
+// AVX-VNNI for the others) give its bits; the other levels print how far they are apart.
+void check_conv_silu(const test::GgmlCpu& g) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x;
+  for (float v = -110.0f; v <= 90.0f; v += 0.00731f) x.push_back(v);
+  for (int i = 0; i < 4096; ++i) x.push_back(nd(rng) * 3);
+  const std::vector<float> want = g.silu(x.data(), static_cast<int>(x.size()));
+  const int64_t D = 200;
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
+    const bool same_width = (isa == Isa::Avx512) == g.avx512() && isa != Isa::Scalar;
+    const VecMath& vm = vecmath(isa);
+    std::vector<float> y = x;
+    vm.silu(y.data(), static_cast<int64_t>(y.size()));
+    double worst = 0;
+    int64_t differ = 0;
+    auto count = [&](float a, float b) { worst = std::max(worst, std::fabs(static_cast<double>(a) - b)), differ += a != b; };
+    for (size_t i = 0; i < x.size(); ++i) count(y[i], want[i]);
+    for (int64_t K : {2, 4, 5, 9, 17})
+      for (int64_t T : {1, 5, 33}) {
+        std::vector<float> p(T * D), w(D * K), state(D * (K - 1)), out(T * D);
+        for (auto* v : {&p, &w, &state})
+          for (float& f : *v) f = nd(rng);
+        const std::vector<float> conv_want = g.ssm_conv_silu(p.data(), w.data(), state.data(), T, D, K);
+        vm.causal_conv(p.data(), w.data(), state.data(), T, D, K, 0, D, out.data());
+        for (int64_t t = 0; t < T; ++t) vm.silu(out.data() + t * D, D);
+        for (int64_t i = 0; i < T * D; ++i) count(out[i], conv_want[i]);
+      }
+    std::printf("[vs llama] silu, KDA conv + silu at %s: %lld values differ, at most by %.2g\n", isa_name(isa),
+                static_cast<long long>(differ), worst);
+    if (same_width) {
+      EXPECT_EQ(differ, 0) << isa_name(isa) << ": not llama.cpp's bits (variant " << g.variant() << ")";
+    }
+  }
+}
+
+TEST(VsLlama, KdaConvSiluOnThisCpusVariant) {
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
+  check_conv_silu(*g);
+}
+
+TEST(VsLlama, KdaConvSiluOnTheAvx2Variant) {
+  const test::GgmlCpu* g = test::GgmlCpu::variant("haswell");
+  ASSERT_TRUE(g || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
+  if (g) check_conv_silu(*g);
 }
 
 }  // namespace
