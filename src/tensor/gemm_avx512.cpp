@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -48,7 +49,7 @@ inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load
 
 #include "tensor/gemm_tiles.inc"
 
-// ---- float types: vec_dot_float512 (four accumulators over 64 elements, then 16-steps) ----------
+// ---- float types: vec_dot_float512 (ggml's order: four accumulators over 64 elements, its tail) ---
 // kPrefetch: the bytes of a 64-element step of a weight row that the tile requests ahead of it
 // (GemmKernel::few, each row a stream, as Bf16Gemm); 0: none (prefill's tiles, and F32's few-token
 // tiles, whose two far-apart streams the hardware prefetcher follows: bench_kernels few_tokens/f32
@@ -77,18 +78,13 @@ struct FloatGemm {
         }
       }
     }
-    for (; i + 16 <= n; i += 16) {
-      for (int c = 0; c < C; ++c) {
-        const __m512 av = load16(p + c * ps, i);
-        for (int r = 0; r < R; ++r) acc[r][c][0] = _mm512_fmadd_ps(load16(w + r * ws, i), av, acc[r][c][0]);
-      }
-    }
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) {
         const __m512* a = acc[r][c];
-        float sum = hsum512(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
-        for (int64_t k = i; k < n; ++k) sum += at(w + r * ws, k) * at(p + c * ps, k);
-        y[c * ldy + r] = sum;
+        const uint8_t *wr = w + r * ws, *pc = p + c * ps;
+        y[c * ldy + r] = ggml_dot_tail<16, load16 == load16_f16>(
+            hsum512(_mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))), i, n,
+            [&](int64_t k) { return at(wr, k); }, [&](int64_t k) { return at(pc, k); });
       }
   }
 };

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 

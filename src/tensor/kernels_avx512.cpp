@@ -6,6 +6,7 @@
 #include "tensor/avx512.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -27,6 +28,7 @@ namespace {
 inline __m512 load16_f32(const void* p, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(p) + i); }
 inline __m512 load16_f16(const void* p, int64_t i) { return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(p) + i)); }
 
+// F32 and F16 in the order of ggml's AVX-512 builds (ggml_dot_tail).
 template <__m512 (*load16)(const void*, int64_t), float (*at)(const void*, int64_t), int kElt>
 void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -38,10 +40,8 @@ void vec_dot_float512(int64_t n, float* s, const void* x, const void* y) {
     acc2 = _mm512_fmadd_ps(load16(x, i + 32), load16(y, i + 32), acc2);
     acc3 = _mm512_fmadd_ps(load16(x, i + 48), load16(y, i + 48), acc3);
   }
-  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load16(x, i), load16(y, i), acc0);
-  float sum = hsum512(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-  for (; i < n; ++i) sum += at(x, i) * at(y, i);
-  *s = sum;
+  const float head = hsum512(_mm512_add_ps(_mm512_add_ps(acc0, acc2), _mm512_add_ps(acc1, acc3)));
+  *s = ggml_dot_tail<16, kElt == 2>(head, i, n, [&](int64_t k) { return at(x, k); }, [&](int64_t k) { return at(y, k); });
 }
 
 void dot_f16_f32_amx_512(int64_t n, float* s, const void* x, const float* y) {

@@ -1,9 +1,9 @@
 // Element-wise transcendental functions of the model (situ, sigmoid, silu, exp) over arrays and
 // KDA's two kernels (delta rule, causal conv), with run-time ISA dispatch like the kernels. The
-// scalar forms (libm, in the model's evaluation order) are the references; the SIMD forms use
-// polynomial exp/expm1 and stay within a few ulp of them (tests/tensor/test_vecmath.cpp states the
-// bounds); the delta rule gives the same bits at every level, silu and the conv llama.cpp's for the
-// level's vector width.
+// scalar forms (libm, in the model's evaluation order) are the references; the SIMD exp and sigmoid
+// give their bits (glibc's expf in vector form), situ's tanh stays within a few ulp
+// (tests/tensor/test_vecmath.cpp states the bounds); the delta rule gives the same bits at every
+// level, silu and the conv llama.cpp's for the level's vector width.
 #pragma once
 #include <cstdint>
 

@@ -40,6 +40,22 @@ inline vf scale2(vf p, vf n) {
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
 // 16 lanes in a[0] (0-7) and a[1] (8-15) as 8: lane l + lane l+8.
 inline __m256 fold16(const vf* a) { return _mm256_add_ps(a[0], a[1]); }
+// The double half of exp (vecmath_simd.inc): 4 lanes, the table by a gather.
+using vd = __m256d;
+inline vd dset1(double a) { return _mm256_set1_pd(a); }
+inline vd dsub(vd a, vd b) { return _mm256_sub_pd(a, b); }
+inline vd dmul(vd a, vd b) { return _mm256_mul_pd(a, b); }
+inline vd dfma(vd a, vd b, vd c) { return _mm256_fmadd_pd(a, b, c); }
+inline vd dfms(vd a, vd b, vd c) { return _mm256_fmsub_pd(a, b, c); }
+inline vd dscale(vd k, const uint64_t* table) {
+  const __m256i ki = _mm256_castpd_si256(k), i = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+  const __m256i t = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(table), i, 8);
+  return _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+}
+inline void split(vf x, vd& lo, vd& hi) {
+  lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+}
+inline vf join(vd lo, vd hi) { return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)); }
 
 #include "tensor/vecmath_simd.inc"
 

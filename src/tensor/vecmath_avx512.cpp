@@ -34,6 +34,27 @@ inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cm
 inline __m256 fold16(const vf* a) {
   return _mm256_add_ps(_mm512_castps512_ps256(a[0]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1)));
 }
+// The double half of exp (vecmath_simd.inc): 8 lanes, the table's 32 entries from 4 registers (two
+// two-register permutes and a blend on bit 4 of the index).
+using vd = __m512d;
+inline vd dset1(double a) { return _mm512_set1_pd(a); }
+inline vd dsub(vd a, vd b) { return _mm512_sub_pd(a, b); }
+inline vd dmul(vd a, vd b) { return _mm512_mul_pd(a, b); }
+inline vd dfma(vd a, vd b, vd c) { return _mm512_fmadd_pd(a, b, c); }
+inline vd dfms(vd a, vd b, vd c) { return _mm512_fmsub_pd(a, b, c); }
+inline vd dscale(vd k, const uint64_t* table) {
+  const __m512i ki = _mm512_castpd_si512(k);
+  const auto* t = reinterpret_cast<const double*>(table);
+  const vd lo = _mm512_permutex2var_pd(_mm512_load_pd(t), ki, _mm512_load_pd(t + 8));
+  const vd hi = _mm512_permutex2var_pd(_mm512_load_pd(t + 16), ki, _mm512_load_pd(t + 24));
+  const __m512i e = _mm512_castpd_si512(_mm512_mask_blend_pd(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi));
+  return _mm512_castsi512_pd(_mm512_add_epi64(e, _mm512_slli_epi64(ki, 47)));
+}
+inline void split(vf x, vd& lo, vd& hi) {
+  lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+inline vf join(vd lo, vd hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1); }
 
 #include "tensor/vecmath_simd.inc"
 

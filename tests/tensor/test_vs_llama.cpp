@@ -35,9 +35,12 @@ using T = GgmlType;
 // AVX-512); where it does, Q2_K_SB has the order of its gemv, which takes the n_tok % 4 last tokens
 // (and every decode step), while its gemm adds each 128-element half of a super-block separately
 // for the 4-token groups before them. IQ4_XS: below 8 tokens (from 8 on its batches take another
-// path).
-int64_t mirrored_from(T t, int64_t n_tok, const test::GgmlCpu& g) {
+// path). F32 and F16: one token, at k3's level of the variant's vector width (ggml's vec_dot_f32 /
+// _f16 as that build compiles them; its batches go to llamafile's sgemm, one accumulator an
+// output).
+int64_t mirrored_from(T t, int64_t n_tok, const test::GgmlCpu& g, Isa isa) {
   switch (t) {
+    case T::F32: case T::F16: return n_tok == 1 && isa != Isa::Scalar && (isa == Isa::Avx512) == g.avx512() ? 0 : n_tok;
     case T::Q8_0: case T::Q8_0_X8: case T::Q5_0: case T::Q6_K: return 0;
     case T::Q2_K: return g.avx512() ? n_tok : 0;
     case T::Q2_K_SB: return g.avx512() ? n_tok - n_tok % 4 : n_tok;
@@ -84,7 +87,7 @@ void check_variant(const test::GgmlCpu& g) {
             exact += same, ++cases;
             for (size_t i = 0; i < y.size(); ++i)
               worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - want[i]) / (std::fabs(want[i]) + 1e-6));
-            const int64_t from = mirrored_from(type, n_tok, g);
+            const int64_t from = mirrored_from(type, n_tok, g, isa);
             mirror = mirror || from < n_tok;
             EXPECT_EQ(0, std::memcmp(y.data() + from * ne1, want.data() + from * ne1, (n_tok - from) * ne1 * sizeof(float)))
                 << type_name(type) << " ne0 " << ne0 << ", tokens " << from << ".." << n_tok - 1 << " of " << n_tok << ", "
