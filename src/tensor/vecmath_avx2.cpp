@@ -20,22 +20,10 @@ inline vf sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 inline vf div(vf a, vf b) { return _mm256_div_ps(a, b); }
 inline vf fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
-inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline vf vabs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 inline vf copysign(vf m, vf s) {
   const vf sign = _mm256_set1_ps(-0.0f);
   return _mm256_or_ps(_mm256_andnot_ps(sign, m), _mm256_and_ps(sign, s));
-}
-inline vf rnd(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-// p·2^n in two steps (2^n1 · 2^n2, each a normal power of two), so that results down in the
-// subnormals are rounded once.
-inline vf scale2(vf p, vf n) {
-  const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const vf f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const vf f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
 }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
 // 16 lanes in a[0] (0-7) and a[1] (8-15) as 8: lane l + lane l+8.

@@ -20,15 +20,11 @@ inline vf sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 inline vf div(vf a, vf b) { return _mm512_div_ps(a, b); }
 inline vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
-inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline vf vabs(vf a) { return _mm512_abs_ps(a); }
 inline vf copysign(vf m, vf s) {
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(sign, _mm512_castps_si512(s), _mm512_castps_si512(m), 0xCA));  // sign ? s : m
 }
-inline vf rnd(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-inline vf scale2(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
 // 16 lanes in a[0] as 8: lane l + lane l+8.
 inline __m256 fold16(const vf* a) {
