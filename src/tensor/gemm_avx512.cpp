@@ -113,14 +113,11 @@ struct Bf16Gemm {
         }
       }
     }
-    for (; i + 32 <= n; i += 32)
-      for (int c = 0; c < C; ++c)
-        for (int r = 0; r < R; ++r) acc[r][c][0] = _mm512_dpbf16_ps(acc[r][c][0], ld(w + r * ws, i), ld(p + c * ps, i));
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) {
-        float sum = hsum512(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
-        for (int64_t k = i; k < n; ++k) sum += bf16_at(w + r * ws, k) * bf16_at(p + c * ps, k);
-        y[c * ldy + r] = sum;
+        const uint8_t *wr = w + r * ws, *pc = p + c * ps;
+        y[c * ldy + r] = bf16_dot_tail(acc[r][c][0], acc[r][c][1], i, n, [&](int64_t k) { return bf16_at(wr, k); },
+                                       [&](int64_t k) { return bf16_at(pc, k); });
       }
   }
 };

@@ -62,10 +62,7 @@ void vec_dot_bf16_512(int64_t n, float* s, const void* vx, const void* vy) {
     acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
     acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)load512(x + i + 32), (__m512bh)load512(y + i + 32));
   }
-  for (; i + 32 <= n; i += 32) acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)load512(x + i), (__m512bh)load512(y + i));
-  float sum = hsum512(_mm512_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += bf16_at(x, i) * bf16_at(y, i);
-  *s = sum;
+  *s = bf16_dot_tail(acc0, acc1, i, n, [&](int64_t k) { return bf16_at(x, k); }, [&](int64_t k) { return bf16_at(y, k); });
 }
 
 // ---- Q4_K -------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ class GgmlCpu {
   bool last_repacked() const { return last_repacked_; }
   // Whether the variant was built for AVX-512 (ggml_cpu_has_avx512): it then repacks Q2_K.
   bool avx512() const { return has_avx512_(); }
+  // Whether it was built for AVX512-BF16: its BF16 dot products then run dpbf16ps.
+  bool avx512_bf16() const { return has_avx512_bf16_(); }
 
   // y[t][r] = llama.cpp's mul_mat of weight W (ne1 rows of ne0 elements of ggml type `type`,
   // row-major bytes) with activation rows x[t] (F32), t < T, r < ne1. `repack`: the weight lives in
@@ -209,8 +211,9 @@ class GgmlCpu {
     auto init = reinterpret_cast<void (*)()>(dlsym(h, "ggml_cpu_init"));
     g->get_traits_ = reinterpret_cast<const Traits* (*)(int)>(dlsym(h, "ggml_get_type_traits_cpu"));
     g->has_avx512_ = reinterpret_cast<int (*)()>(dlsym(h, "ggml_cpu_has_avx512"));
+    g->has_avx512_bf16_ = reinterpret_cast<int (*)()>(dlsym(h, "ggml_cpu_has_avx512_bf16"));
     Fns& f = g->f_;
-    bool ok = init && g->get_traits_ && g->has_avx512_;
+    bool ok = init && g->get_traits_ && g->has_avx512_ && g->has_avx512_bf16_;
     auto sym = [&](void* lib, auto& fn, const char* s) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, s));
       ok = ok && fn;
@@ -252,6 +255,7 @@ class GgmlCpu {
 
   const Traits* (*get_traits_)(int) = nullptr;
   int (*has_avx512_)() = nullptr;
+  int (*has_avx512_bf16_)() = nullptr;
   void (*vec_silu_)(int, float*, const float*) = nullptr;
   std::string variant_;
   Fns f_{};

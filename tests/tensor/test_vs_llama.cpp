@@ -37,10 +37,11 @@ using T = GgmlType;
 // for the 4-token groups before them. IQ4_XS: below 8 tokens (from 8 on its batches take another
 // path). F32 and F16: one token, at k3's level of the variant's vector width (ggml's vec_dot_f32 /
 // _f16 as that build compiles them; its batches go to llamafile's sgemm, one accumulator an
-// output).
+// output). BF16: one token, at AVX-512 against a build with AVX512-BF16 (both run dpbf16ps).
 int64_t mirrored_from(T t, int64_t n_tok, const test::GgmlCpu& g, Isa isa) {
   switch (t) {
     case T::F32: case T::F16: return n_tok == 1 && isa != Isa::Scalar && (isa == Isa::Avx512) == g.avx512() ? 0 : n_tok;
+    case T::BF16: return n_tok == 1 && isa == Isa::Avx512 && g.avx512_bf16() ? 0 : n_tok;
     case T::Q8_0: case T::Q8_0_X8: case T::Q5_0: case T::Q6_K: return 0;
     case T::Q2_K: return g.avx512() ? n_tok : 0;
     case T::Q2_K_SB: return g.avx512() ? n_tok - n_tok % 4 : n_tok;
