@@ -156,8 +156,12 @@ std::vector<float> dumped(const std::string& dir, const std::string& name, int i
 TEST(ParityModel, KdaConvSameBitsAsLlama) {
   const test::GgmlCpu* g = test::GgmlCpu::get();
   ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
-  const Isa was = active_isa(), width = g->avx512() ? Isa::Avx512 : Isa::Avx2;
+  const Isa width = g->avx512() ? Isa::Avx512 : Isa::Avx2;
   ASSERT_TRUE(isa_supported(width));
+  struct Restore {
+    Isa was = active_isa();
+    ~Restore() { set_isa(was); }
+  } restore;
   set_isa(width);
   std::printf("[parity] %s, llama.cpp CPU variant %s, k3 at %s\n", test::cpu_family().c_str(), g->variant().c_str(),
               isa_name(width));
@@ -187,7 +191,8 @@ TEST(ParityModel, KdaConvSameBitsAsLlama) {
     const std::vector<float>& input = k3.v[{"attn_norm", il}];
     ASSERT_EQ(input, dumped(dir, "attn_norm", il)) << mode << ": the conv's input parts at layer " << il;
     for (const char* name : {"kda_q_conv", "kda_k_conv", "kda_v_conv"}) {
-      const std::vector<float>&a = k3.v[{name, il}], b = dumped(dir, name, il);
+      const std::vector<float>& a = k3.v[{name, il}];
+      const std::vector<float> b = dumped(dir, name, il);
       ASSERT_EQ(a.size(), b.size()) << mode << " " << name;
       size_t differ = 0;
       for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
@@ -196,7 +201,6 @@ TEST(ParityModel, KdaConvSameBitsAsLlama) {
       EXPECT_EQ(differ, 0u) << mode << " " << name;
     }
   }
-  set_isa(was);
 }
 
 }  // namespace
