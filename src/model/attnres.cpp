@@ -1,9 +1,11 @@
 #include "model/attnres.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "model/ops.h"
-#include "tensor/kernels.h"
+#include "tensor/vecmath.h"
 
 namespace k3::model {
 
@@ -18,27 +20,29 @@ void attnres_mix(Ctx& ctx, Bank& bank, const float* c, const float* w, float eps
   const size_t known = bank.scaled;  // entries [known, n) get their scales in this mix
   if (bank.scales.size() < bank.n) bank.scales.resize(bank.n);
   for (size_t j = known; j < bank.n; ++j) bank.scales[j].resize(T);
-  const QuantKernels& f32 = kernels(GgmlType::F32);
+  const VecMath& vm = vecmath();
+  // In llama.cpp's order (its res_mix): the scores are rms_norm, mul and sum_rows (the products
+  // rounded, then summed in double in element order: the sources side by side, chains of their own),
+  // the softmax ggml's, and the bank's part of the sum fused multiply-adds from 0 (dsv4_hc_pre)
+  // before p_n·c is added.
   par_for(ctx, T, static_cast<int64_t>(n_src) * H * 4, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> normed, z;  // scratch (ops.h) of the thread running this chunk
-    scratch_zeros(normed, H), scratch_zeros(z, n_src);
+    thread_local std::vector<float> scale, z;  // scratch (ops.h) of the thread running this chunk
+    thread_local std::vector<double> sum;
+    scratch_zeros(scale, n_src), scratch_zeros(z, n_src), sum.assign(n_src, 0.0);
     for (int64_t t = t0; t < t1; ++t) {
       auto src = [&](size_t j) { return j < bank.n ? bank.entries[j].data() + t * H : c + t * H; };
-      for (size_t j = 0; j < n_src; ++j) {  // scores from the normalized sources (ops::rmsnorm)
-        const float* x = src(j);
-        const float scale = j < known ? bank.scales[j][t] : ops::rms_scale(x, H, eps);
-        if (j >= known && j < bank.n) bank.scales[j][t] = scale;
-        for (int64_t q = 0; q < H; ++q) normed[q] = x[q] * scale;
-        f32.vec_dot(H, &z[j], normed.data(), w);
+      for (size_t j = 0; j < n_src; ++j) {
+        scale[j] = j < known ? bank.scales[j][t] : ops::rms_scale(src(j), H, eps);
+        if (j >= known && j < bank.n) bank.scales[j][t] = scale[j];
+        sum[j] = 0.0;
       }
+      for (int64_t q = 0; q < H; ++q)
+        for (size_t j = 0; j < n_src; ++j) sum[j] += static_cast<double>(src(j)[q] * scale[j] * w[q]);
+      for (size_t j = 0; j < n_src; ++j) z[j] = static_cast<float>(sum[j]);
       ops::softmax(z.data(), static_cast<int64_t>(n_src));
       float* o = out + t * H;
-      const float* s0 = src(0);
-      for (int64_t q = 0; q < H; ++q) o[q] = z[0] * s0[q];
-      for (size_t j = 1; j + 1 < n_src; ++j) {
-        const float* s = src(j);
-        for (int64_t q = 0; q < H; ++q) o[q] = o[q] + z[j] * s[q];
-      }
+      std::fill_n(o, H, 0.0f);
+      for (size_t j = 0; j + 1 < n_src; ++j) vm.mad(o, src(j), z[j], H);
       const float* cur = src(n_src - 1);
       const float pn = z[n_src - 1];
       for (int64_t q = 0; q < H; ++q) o[q] = o[q] + pn * cur[q];

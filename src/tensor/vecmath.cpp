@@ -30,50 +30,19 @@ void silu_ref(float* x, int64_t n) {
 void exp_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = expf(x[i]);
 }
-
-float tree16(float* a) {
-  for (int w = 8; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) a[l] += a[l + w];
-  return a[0];
+void mad_ref(float* y, const float* x, float v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
-void delta_rule_ref(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v, float beta,
-                    float scale, float* o) {
-  for (int64_t j = 0; j < d; ++j) {
-    float* Sj = S + j * d;
-    float acc[16] = {};
-    for (int64_t i = 0; i < d; ++i) {
-      Sj[i] = Sj[i] * eg[i];
-      acc[i % 16] = fmaf(Sj[i], k[i], acc[i % 16]);
-    }
-    const float delta = beta * (v[j] - tree16(acc));
-    float acc2[16] = {};
-    for (int64_t i = 0; i < d; ++i) {
-      Sj[i] = fmaf(k[i], delta, Sj[i]);
-      acc2[i % 16] = fmaf(Sj[i], q[i], acc2[i % 16]);
-    }
-    o[j] = tree16(acc2) * scale;
-  }
-}
-
+#include "tensor/delta_rule.inc"
 #include "tensor/causal_conv.inc"
-
-}  // namespace
-
-namespace detail {
-void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
-                       float beta, float scale, float* o) {
-  delta_rule_ref(S, d, eg, k, q, v, beta, scale, o);
-}
-}  // namespace detail
-
-namespace {
 
 struct Tables {
   VecMath t[3];
   Tables() {
-    // the conv in the AVX2 builds' order: llama.cpp's SSE builds run on no CPU k3 meets
-    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, delta_rule_ref, causal_conv_as<8>};
+    // the conv and the delta rule in the AVX2 builds' order: llama.cpp's SSE builds run on no CPU
+    // k3 meets
+    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, mad_ref, delta_rule_as<8>, causal_conv_as<8>};
     t[1] = t[0];
     detail::vecmath_avx2(t[1]);
     t[2] = t[1];

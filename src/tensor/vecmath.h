@@ -2,8 +2,8 @@
 // KDA's two kernels (delta rule, causal conv), with run-time ISA dispatch like the kernels. The
 // scalar forms (libm, in the model's evaluation order) are the references; the SIMD exp and sigmoid
 // give their bits (glibc's expf in vector form), situ's tanh stays within a few ulp
-// (tests/tensor/test_vecmath.cpp states the bounds); the delta rule gives the same bits at every
-// level, silu and the conv llama.cpp's for the level's vector width.
+// (tests/tensor/test_vecmath.cpp states the bounds); silu, the delta rule and the conv give
+// llama.cpp's for the level's vector width.
 #pragma once
 #include <cstdint>
 
@@ -22,10 +22,10 @@ struct VecMath {
   void (*sigmoid)(float* x, int64_t n);                                  // x = 1 / (1 + exp(-x))
   void (*silu)(float* x, int64_t n);                                     // x = x / (1 + exp(-x))
   void (*exp)(float* x, int64_t n);                                      // x = exp(x)
+  void (*mad)(float* y, const float* x, float v, int64_t n);             // y = x·v + y, fused
   // One delta-rule step of one KDA head (model.md §6.3 step 6), S [d][d] with row j over key i:
-  // S_j *= eg; u = S_j·k; δ = beta (v_j − u); S_j += k δ; o_j = (S_j·q) scale. Each inner product
-  // is summed in 16 lanes (element i in lane i % 16, fused multiply-adds) and the lanes are added
-  // as a halving tree, so every ISA gives the same bits.
+  // S_j *= eg; u = S_j·k; δ = (v_j − u) beta; S_j += k δ; o_j = (S_j·q) scale. In llama.cpp's
+  // order for the level's vector width (delta_rule.inc).
   void (*delta_rule)(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
                      float beta, float scale, float* o);
   // Causal depthwise conv over time (model.md §6.3 step 2) of channels [c0, c1): p, y [T][D]
@@ -41,9 +41,6 @@ const VecMath& vecmath();
 const VecMath& vecmath(Isa isa);
 
 namespace detail {
-// The scalar delta rule, for the SIMD forms' uneven d.
-void delta_rule_scalar(float* S, int64_t d, const float* eg, const float* k, const float* q, const float* v,
-                       float beta, float scale, float* o);
 void vecmath_avx2(VecMath& v);    // vecmath_avx2.cpp
 void vecmath_avx512(VecMath& v);  // vecmath_avx512.cpp
 }  // namespace detail

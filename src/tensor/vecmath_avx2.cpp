@@ -26,8 +26,12 @@ inline vf copysign(vf m, vf s) {
   return _mm256_or_ps(_mm256_andnot_ps(sign, m), _mm256_and_ps(sign, s));
 }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
-// 16 lanes in a[0] (0-7) and a[1] (8-15) as 8: lane l + lane l+8.
-inline __m256 fold16(const vf* a) { return _mm256_add_ps(a[0], a[1]); }
+// ggml's AVX reduce: lane l + lane l+4, then two horizontal adds.
+inline float lane_sum(vf v) {
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 u = _mm_hadd_ps(t, t);
+  return _mm_cvtss_f32(_mm_hadd_ps(u, u));
+}
 // The double half of exp (vecmath_simd.inc): 4 lanes, the table by a gather.
 using vd = __m256d;
 inline vd dset1(double a) { return _mm256_set1_pd(a); }

@@ -26,10 +26,8 @@ inline vf copysign(vf m, vf s) {
   return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(sign, _mm512_castps_si512(s), _mm512_castps_si512(m), 0xCA));  // sign ? s : m
 }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
-// 16 lanes in a[0] as 8: lane l + lane l+8.
-inline __m256 fold16(const vf* a) {
-  return _mm256_add_ps(_mm512_castps512_ps256(a[0]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1)));
-}
+// ggml's AVX-512 reduce (_mm512_reduce_add_ps): l + l+8, l + l+4, then (0 + 2) + (1 + 3).
+inline float lane_sum(vf v) { return _mm512_reduce_add_ps(v); }
 // The double half of exp (vecmath_simd.inc): 8 lanes, the table's 32 entries from 4 registers (two
 // two-register permutes and a blend on bit 4 of the index).
 using vd = __m512d;

@@ -37,6 +37,7 @@
 #include "common/error.h"
 #include "helpers.h"
 #include "support/cpu_family.h"
+#include "support/ggml_cpu_oracle.h"
 #include "tensor/kernels.h"
 
 using namespace k3;
@@ -368,5 +369,39 @@ TEST_P(TypeMatrixGgml, K3AgreesWithLlamaCppOnGgmlFiles) {
 
 INSTANTIATE_TEST_SUITE_P(Types, TypeMatrixGgml, ::testing::ValuesIn(kGgmlTypes),
                          [](const auto& info) { return std::string(info.param.type); });
+
+// A file whose every computation k3 does in llama.cpp's order (tensor/ and docs/model.md, "Summation
+// order"): Q5_0 matrices (not a type llama.cpp's AMX or repack buffers take) quantized by ggml and
+// written by gguf-py, the rest F32 (router, norms, KDA, attention residuals). At the level of the
+// vector width of the llama.cpp build this CPU runs (AVX-512 or AVX2), k3's logits are llama.cpp's
+// token-by-token logits to the bit at every position.
+TEST(TypeMatrixGgmlBits, Q5_0FileGivesLlamaCppsBits) {
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
+  const std::vector<int32_t> ids = {1, 72, 101, 260, 33, 7, 119, 200, 42, 3, 88, 150};
+  const std::string file = temp_path("ggml_q5_0_bits.gguf");
+  nlohmann::json plan = {{"ids", ids}, {"eps", 0.5}, {"cases", nlohmann::json::array()}};
+  plan["cases"].push_back({{"name", "q5_0"}, {"file", file}, {"writer", "ggml"},
+                           {"tensorTypes", nlohmann::json::array({nlohmann::json::array({"_exps\\.weight$", "q5_0"}),
+                                                                   nlohmann::json::array({kTrunk, "q5_0"})})}});
+  const auto llama = run_llama(plan);
+  ASSERT_TRUE(llama.count("q5_0") && llama.at("q5_0").ok) << "llama.cpp did not run the file";
+  const Isa level = g->avx512() ? Isa::Avx512 : Isa::Avx2;
+  set_isa(level);
+  const std::unique_ptr<model::Model> m = model::Model::load(file);
+  m->repack_weights();
+  const Rows k3 = k3_logits(*m, ids, 0);
+  set_isa(cpu_best_isa());
+  const Rows li = read_rows(file + ".incremental.logits", ids.size(), m->n_vocab());
+  const Rows lb = read_rows(file + ".batch.logits", ids.size(), m->n_vocab());
+  int same = 0;
+  for (size_t t = 0; t < ids.size(); ++t) same += k3.rows[t] == li.rows[t];
+  EXPECT_EQ(same, static_cast<int>(ids.size())) << "k3 at " << isa_name(level) << " vs llama.cpp (" << g->variant()
+                                                << "): " << max_abs_diff(k3, li);
+  std::printf("[ggml] q5_0 file, k3 at %s vs llama.cpp %s token by token: %d of %zu positions bit-identical (max "
+              "|diff| %.2g; llama.cpp's batch vs token by token %.2g) on %s\n",
+              isa_name(level), g->variant().c_str(), same, ids.size(), max_abs_diff(k3, li), max_abs_diff(lb, li),
+              cpu_family().c_str());
+}
 
 }  // namespace

@@ -2,7 +2,7 @@
 // the activation quantizers (from_float) and dot products (vec_dot) of each type, and whole matrix
 // products run the way llama.cpp runs them (a one-node graph on the CPU backend, the weight in the
 // CPU_REPACK buffer where llama.cpp would place it), which is what llama.cpp's models compute; its
-// silu and KDA conv likewise.
+// silu, KDA conv and KDA recurrence likewise.
 #pragma once
 #include <dlfcn.h>
 
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace k3::test {
@@ -57,21 +58,21 @@ class GgmlCpu {
   // layout for; otherwise in the plain CPU buffer.
   std::vector<float> mul_mat(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int64_t T,
                              bool repack, int threads = 1) const {
-    return run(repack, threads, w, x, nullptr, ne1 * T, [&](void* wc, void* ac) {
+    return run(repack, threads, ne1 * T, [&](void* wc, void* ac) {
       void* W = f_.new_tensor_2d(wc, static_cast<int>(type), ne0, ne1);
       void* X = f_.new_tensor_2d(ac, 0, ne0, T);
-      return Graph{W, X, f_.mul_mat(ac, W, X), nullptr};
+      return Graph{f_.mul_mat(ac, W, X), {{W, w}, {X, x}}};
     });
   }
   // llama.cpp's mul_mat_id: expert stack W[e] (ne2 experts of ne1 x ne0), T tokens, token t's
   // n_used experts ids[t][j] applied to its row x[t]: y[t][j][r].
   std::vector<float> mul_mat_id(uint32_t type, const void* w, int64_t ne0, int64_t ne1, int64_t ne2, const float* x,
                                 int64_t T, const int32_t* ids, int64_t n_used, bool repack, int threads = 1) const {
-    return run(repack, threads, w, x, ids, ne1 * n_used * T, [&](void* wc, void* ac) {
+    return run(repack, threads, ne1 * n_used * T, [&](void* wc, void* ac) {
       void* W = f_.new_tensor_3d(wc, static_cast<int>(type), ne0, ne1, ne2);
       void* X = f_.new_tensor_3d(ac, 0, ne0, 1, T);
       void* I = f_.new_tensor_2d(ac, 26 /* GGML_TYPE_I32 */, n_used, T);
-      return Graph{W, X, f_.mul_mat_id(ac, W, X, I), I};
+      return Graph{f_.mul_mat_id(ac, W, X, I), {{W, w}, {X, x}, {I, ids}}};
     });
   }
 
@@ -90,10 +91,25 @@ class GgmlCpu {
     for (int64_t c = 0; c < D; ++c)
       for (int64_t r = 0; r < K - 1 + T; ++r)
         sx[c * (K - 1 + T) + r] = r < K - 1 ? state[c * (K - 1) + r] : p[(r - K + 1) * D + c];
-    return run(false, 1, w, sx.data(), nullptr, D * T, [&](void* wc, void* ac) {
+    return run(false, 1, D * T, [&](void* wc, void* ac) {
       void* C = f_.new_tensor_2d(wc, 0, K, D);
       void* X = f_.new_tensor_3d(ac, 0, K - 1 + T, D, 1);
-      return Graph{C, X, f_.silu(ac, f_.ssm_conv(ac, X, C)), nullptr};
+      return Graph{f_.silu(ac, f_.ssm_conv(ac, X, C)), {{C, w}, {X, sx.data()}}};
+    });
+  }
+  // llama.cpp's KDA recurrence (ggml_gated_delta_net with a gate a key, one sequence): H heads of
+  // d, T tokens; q, k, v, g [t][h][i], beta [t][h], state [h][j][i] (value row j over key i, as
+  // k3 keeps it). Returns the outputs o[t][h][j], then the state after the last token.
+  std::vector<float> gated_delta_net(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                     const float* state, int64_t d, int64_t H, int64_t T) const {
+    return run(false, 1, d * H * T + d * d * H, [&](void* wc, void* ac) {
+      void* S = f_.new_tensor_3d(wc, 0, d, d, H);
+      void* Q = f_.new_tensor_3d(ac, 0, d, H, T);
+      void* K = f_.new_tensor_3d(ac, 0, d, H, T);
+      void* V = f_.new_tensor_3d(ac, 0, d, H, T);
+      void* G = f_.new_tensor_3d(ac, 0, d, H, T);
+      void* B = f_.new_tensor_3d(ac, 0, 1, H, T);
+      return Graph{f_.gated_delta_net(ac, Q, K, V, G, B, S, 1), {{S, state}, {Q, q}, {K, k}, {V, v}, {G, g}, {B, beta}}};
     });
   }
 
@@ -112,6 +128,7 @@ class GgmlCpu {
     void* (*mul_mat_id)(void*, void*, void*, void*);
     void* (*ssm_conv)(void*, void*, void*);
     void* (*silu)(void*, void*);
+    void* (*gated_delta_net)(void*, void*, void*, void*, void*, void*, void*, int64_t);
     void* (*new_graph)(void*);
     void (*build_forward_expand)(void*, void*);
     void* (*alloc_ctx_tensors_from_buft)(void*, void*);
@@ -140,13 +157,14 @@ class GgmlCpu {
   };
 
   struct Graph {
-    void *W, *X, *Y, *I;  // weight, activations, product, expert ids (mul_mat_id)
+    void* Y;  // the result
+    std::vector<std::pair<void*, const void*>> in;  // the input tensors (weights first) and their data
   };
-  // Builds the product twice where needed: once to ask, like llama.cpp's loader, whether the device
-  // runs it with the weight in the repack buffer, then for real in the buffer chosen.
+  // Builds the graph twice where needed: once to ask, like llama.cpp's loader, whether the device
+  // runs it with the weights (the tensors of the first context) in the repack buffer, then for real
+  // in the buffer chosen.
   template <class Build>
-  std::vector<float> run(bool repack, int threads, const void* w, const float* x, const int32_t* ids, int64_t n_out,
-                         Build build) const {
+  std::vector<float> run(bool repack, int threads, int64_t n_out, Build build) const {
     void* backend = f_.cpu_init();
     last_repacked_ = false;
     if (repack) {
@@ -161,9 +179,7 @@ class GgmlCpu {
     f_.build_forward_expand(gf, g.Y);
     wctx.buf = f_.alloc_ctx_tensors_from_buft(wctx.ctx, last_repacked_ ? f_.repack_buffer_type() : f_.cpu_buffer_type());
     actx.buf = f_.alloc_ctx_tensors_from_buft(actx.ctx, f_.cpu_buffer_type());
-    f_.tensor_set(g.W, w, 0, f_.nbytes(g.W));
-    f_.tensor_set(g.X, x, 0, f_.nbytes(g.X));
-    if (g.I) f_.tensor_set(g.I, ids, 0, f_.nbytes(g.I));
+    for (const auto& [t, data] : g.in) f_.tensor_set(t, data, 0, f_.nbytes(t));
     f_.cpu_set_n_threads(backend, threads);
     const int status = f_.graph_compute(backend, gf);
     f_.backend_free(backend);
@@ -226,6 +242,7 @@ class GgmlCpu {
     sym(base, f.mul_mat_id, "ggml_mul_mat_id");
     sym(base, f.ssm_conv, "ggml_ssm_conv");
     sym(base, f.silu, "ggml_silu");
+    sym(base, f.gated_delta_net, "ggml_gated_delta_net");
     sym(h, g->vec_silu_, "ggml_vec_silu_f32");
     sym(base, f.new_graph, "ggml_new_graph");
     sym(base, f.build_forward_expand, "ggml_build_forward_expand");

@@ -98,49 +98,72 @@ TEST(VecMath, SituWithinUlps) {
   }
 }
 
-// The delta rule sums in fixed lanes: every ISA gives the scalar form's bits, for d a multiple of 16
-// (SIMD) and not (the scalar form), over several steps of one state.
-TEST(VecMath, DeltaRuleSameBitsEveryIsa) {
+// The delta rule in the order of llama.cpp's gated_delta_net built for the level's vector width W
+// (8 floats for the scalar and AVX2 levels, 16 for AVX-512): each row's two inner products in
+// ggml_vec_dot_f32's order (four W-lane accumulators over steps of 4W, added (0 + 2) + (1 + 3),
+// the lanes as the build's reduce adds them, the last d % 4W products into a float W, then W/2
+// rounded and added, the rest fused), the state updated with fused multiply-adds; over several
+// steps of one state, d with and without such a tail. tensor_test_vs_llama checks the same bits
+// against llama.cpp's own op.
+TEST(VecMath, DeltaRuleInLlamaOrder) {
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.0f, 0.3f);
-  for (int64_t d : {16, 64, 128, 24}) {
+  auto dot = [](const float* x, const float* y, int64_t n, int64_t W) {
+    std::vector<float> lane(4 * W, 0.0f);  // accumulator r, lane l at r·W + l
+    const int64_t steps = n / (4 * W);
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t e = 0; e < 4 * W; ++e) lane[e] = std::fma(x[s * 4 * W + e], y[s * 4 * W + e], lane[e]);
+    std::vector<float> v(W);
+    for (int64_t l = 0; l < W; ++l) v[l] = (lane[l] + lane[2 * W + l]) + (lane[W + l] + lane[3 * W + l]);
+    if (W == 16)
+      for (int64_t l = 0; l < 8; ++l) v[l] += v[l + 8];
+    for (int64_t l = 0; l < 4; ++l) v[l] += v[l + 4];
+    float sum = W == 16 ? (v[0] + v[2]) + (v[1] + v[3]) : (v[0] + v[1]) + (v[2] + v[3]);
+    int64_t i = steps * 4 * W;
+    auto products_then_adds = [&](int64_t group) {
+      std::vector<float> prod(group);
+      for (int64_t e = 0; e < group; ++e) prod[e] = x[i + e] * y[i + e];
+      for (float p : prod) sum += p;
+      i += group;
+    };
+    while (n - i >= W) products_then_adds(W);
+    if (n - i >= W / 2) products_then_adds(W / 2);
+    for (; i < n; ++i) sum = std::fma(x[i], y[i], sum);
+    return sum;
+  };
+  for (int64_t d : {16, 24, 64, 128, 72}) {
     std::vector<float> S0(d * d);
     for (float& x : S0) x = nd(rng);
-    std::vector<float> ref_S = S0;
     std::vector<std::vector<float>> steps;
     for (int t = 0; t < 3; ++t) {
       std::vector<float> in(4 * d);  // eg, k, q, v
       for (int64_t i = 0; i < 4 * d; ++i) in[i] = i < d ? std::exp(-std::fabs(nd(rng))) : nd(rng);
       steps.push_back(in);
     }
-    auto run = [&](Isa isa, std::vector<float>& S) {
-      std::vector<float> out;
-      for (const auto& in : steps) {
-        std::vector<float> o(d);
-        vecmath(isa).delta_rule(S.data(), d, in.data(), in.data() + d, in.data() + 2 * d, in.data() + 3 * d, 0.7f,
-                                0.125f, o.data());
-        out.insert(out.end(), o.begin(), o.end());
-      }
-      return out;
-    };
-    const std::vector<float> ref = run(Isa::Scalar, ref_S);
-    // The scalar form against a plain double-precision evaluation of the same step.
-    std::vector<double> Sd(S0.begin(), S0.end());
-    for (size_t t = 0; t < steps.size(); ++t) {
-      const float* in = steps[t].data();
-      for (int64_t j = 0; j < d; ++j) {
-        double u = 0, y = 0;
-        for (int64_t i = 0; i < d; ++i) u += (Sd[j * d + i] *= in[i]) * in[d + i];
-        const double delta = 0.7 * (in[3 * d + j] - u);
-        for (int64_t i = 0; i < d; ++i) y += (Sd[j * d + i] += in[d + i] * delta) * in[2 * d + i];
-        ASSERT_NEAR(ref[t * d + j], y * 0.125, 1e-5) << "d " << d << " step " << t << " j " << j;
-      }
-    }
-    for (Isa isa : kIsas) {
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
       if (isa > cpu_best_isa()) continue;
-      std::vector<float> S = S0;
-      EXPECT_EQ(run(isa, S), ref) << isa_name(isa) << " d " << d;
-      EXPECT_EQ(S, ref_S) << isa_name(isa) << " d " << d;
+      const int64_t W = isa == Isa::Avx512 ? 16 : 8;
+      std::vector<float> S = S0, want_S = S0;
+      std::vector<double> Sd(S0.begin(), S0.end());
+      for (size_t t = 0; t < steps.size(); ++t) {
+        const float *eg = steps[t].data(), *k = eg + d, *q = eg + 2 * d, *v = eg + 3 * d;
+        std::vector<float> o(d), want(d);
+        vecmath(isa).delta_rule(S.data(), d, eg, k, q, v, 0.7f, 0.125f, o.data());
+        for (int64_t j = 0; j < d; ++j) {
+          float* Sj = &want_S[j * d];
+          for (int64_t i = 0; i < d; ++i) Sj[i] *= eg[i];
+          const float delta = (v[j] - dot(Sj, k, d, W)) * 0.7f;
+          for (int64_t i = 0; i < d; ++i) Sj[i] = std::fma(k[i], delta, Sj[i]);
+          want[j] = dot(Sj, q, d, W) * 0.125f;
+          // and the step in double, a bound on the order's rounding
+          double u = 0, y = 0;
+          for (int64_t i = 0; i < d; ++i) u += (Sd[j * d + i] *= eg[i]) * k[i];
+          for (int64_t i = 0; i < d; ++i) y += (Sd[j * d + i] += k[i] * 0.7 * (v[j] - u)) * q[i];
+          ASSERT_NEAR(o[j], y * 0.125, 1e-5) << isa_name(isa) << " d " << d << " step " << t << " j " << j;
+        }
+        EXPECT_EQ(o, want) << isa_name(isa) << " d " << d << " step " << t;
+        EXPECT_EQ(S, want_S) << isa_name(isa) << " d " << d << " step " << t;
+      }
     }
   }
 }

@@ -167,5 +167,61 @@ TEST(VsLlama, KdaConvSiluOnTheAvx2Variant) {
   if (g) check_conv_silu(*g);
 }
 
+// KDA's recurrence against llama.cpp's (ggml_gated_delta_net, a gate a key): head sizes with and
+// without a tail past the last step of 4W (d = 24, 64, 128), 1 to 9 tokens, 2 heads; k3's gates
+// through its exp (libm's bits, as the op's expf). The outputs and the state after the last token:
+// k3's levels of g's vector width give its bits; the other levels print how far they are apart.
+void check_delta_rule(const test::GgmlCpu& g) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
+    const bool same_width = (isa == Isa::Avx512) == g.avx512() && isa != Isa::Scalar;
+    const VecMath& vm = vecmath(isa);
+    double worst = 0;
+    int64_t differ = 0;
+    for (int64_t d : {24, 64, 128})
+      for (int64_t T : {1, 3, 9}) {
+        const int64_t H = 2;
+        std::vector<float> q(T * H * d), k(T * H * d), v(T * H * d), gate(T * H * d), beta(T * H), S(H * d * d);
+        for (auto* x : {&q, &k, &v, &S})
+          for (float& f : *x) f = nd(rng);
+        for (float& f : gate) f = -std::fabs(nd(rng));
+        for (float& f : beta) f = 1.0f / (1.0f + std::exp(-nd(rng)));
+        const std::vector<float> want = g.gated_delta_net(q.data(), k.data(), v.data(), gate.data(), beta.data(),
+                                                          S.data(), d, H, T);
+        std::vector<float> got(T * H * d), eg(d);
+        const float scale = 1.0f / sqrtf(static_cast<float>(d));
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t at = (t * H + h) * d;
+            std::copy_n(&gate[at], d, eg.data());
+            vm.exp(eg.data(), d);
+            vm.delta_rule(&S[h * d * d], d, eg.data(), &k[at], &q[at], &v[at], beta[t * H + h], scale, &got[at]);
+          }
+        got.insert(got.end(), S.begin(), S.end());
+        for (size_t i = 0; i < got.size(); ++i)
+          worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i])), differ += got[i] != want[i];
+      }
+    std::printf("[vs llama] KDA recurrence at %s: %lld values differ, at most by %.2g\n", isa_name(isa),
+                static_cast<long long>(differ), worst);
+    if (same_width) {
+      EXPECT_EQ(differ, 0) << isa_name(isa) << ": not llama.cpp's bits (variant " << g.variant() << ")";
+    }
+  }
+}
+
+TEST(VsLlama, KdaRecurrenceOnThisCpusVariant) {
+  const test::GgmlCpu* g = test::GgmlCpu::get();
+  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
+  check_delta_rule(*g);
+}
+
+TEST(VsLlama, KdaRecurrenceOnTheAvx2Variant) {
+  const test::GgmlCpu* g = test::GgmlCpu::variant("haswell");
+  ASSERT_TRUE(g || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
+  if (g) check_delta_rule(*g);
+}
+
 }  // namespace
 }  // namespace k3
