@@ -8,6 +8,19 @@
 #include "tensor/vecmath.h"
 
 namespace k3::model {
+namespace {
+
+// z[j] = float(Σ_q double(x_j[q]·scale_j·w[q])) for M sources, summed in q order (ggml's rms_norm,
+// mul and sum_rows): M chains of double adds side by side, in registers.
+template <int M>
+void score_sums(const float* const* x, const float* scale, const float* w, int64_t H, float* z) {
+  double s[M] = {};
+  for (int64_t q = 0; q < H; ++q)
+    for (int j = 0; j < M; ++j) s[j] += static_cast<double>(x[j][q] * scale[j] * w[q]);
+  for (int j = 0; j < M; ++j) z[j] = static_cast<float>(s[j]);
+}
+
+}  // namespace
 
 void attnres_mix(Ctx& ctx, Bank& bank, const float* c, const float* w, float eps, float* out) {
   const int64_t T = bank.T, H = bank.H;
@@ -27,18 +40,22 @@ void attnres_mix(Ctx& ctx, Bank& bank, const float* c, const float* w, float eps
   // before p_n·c is added.
   par_for(ctx, T, static_cast<int64_t>(n_src) * H * 4, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scale, z;  // scratch (ops.h) of the thread running this chunk
-    thread_local std::vector<double> sum;
-    scratch_zeros(scale, n_src), scratch_zeros(z, n_src), sum.assign(n_src, 0.0);
+    thread_local std::vector<const float*> x;
+    scratch_zeros(scale, n_src), scratch_zeros(z, n_src), x.resize(n_src);
     for (int64_t t = t0; t < t1; ++t) {
       auto src = [&](size_t j) { return j < bank.n ? bank.entries[j].data() + t * H : c + t * H; };
       for (size_t j = 0; j < n_src; ++j) {
-        scale[j] = j < known ? bank.scales[j][t] : ops::rms_scale(src(j), H, eps);
+        x[j] = src(j);
+        scale[j] = j < known ? bank.scales[j][t] : ops::rms_scale(x[j], H, eps);
         if (j >= known && j < bank.n) bank.scales[j][t] = scale[j];
-        sum[j] = 0.0;
       }
-      for (int64_t q = 0; q < H; ++q)
-        for (size_t j = 0; j < n_src; ++j) sum[j] += static_cast<double>(src(j)[q] * scale[j] * w[q]);
-      for (size_t j = 0; j < n_src; ++j) z[j] = static_cast<float>(sum[j]);
+      for (size_t j = 0; j < n_src; j += 4) {
+        const size_t m = std::min<size_t>(4, n_src - j);
+        (m == 4   ? score_sums<4>
+         : m == 3 ? score_sums<3>
+         : m == 2 ? score_sums<2>
+                  : score_sums<1>)(&x[j], &scale[j], w, H, &z[j]);
+      }
       ops::softmax(z.data(), static_cast<int64_t>(n_src));
       float* o = out + t * H;
       std::fill_n(o, H, 0.0f);

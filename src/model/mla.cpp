@@ -122,7 +122,7 @@ void mla_forward(Ctx& ctx, const HParams& hp, const LayerWeights& w, uint32_t il
       float* pt = p.data() + (t - t0) * ld;
       const int64_t n_kv = n_past + (t - t0) + 1;
       for (int64_t s = 0; s < n_kv; ++s) pt[s] *= kappa;
-      ops::softmax(pt, n_kv);
+      ops::softmax(pt, n_kv, true);  // llama.cpp's row: the KV cache, masked past n_kv
       float* o = &lat[(h * T + t) * r_kv];
       for (int64_t j = 0; j < r_kv; ++j) o[j] = 0.0f;
     }

@@ -167,17 +167,7 @@ void rmsnorm_rows(const float* x, const float* w, float* y, int64_t T, int64_t n
   for (int64_t t = 0; t < T; ++t) rmsnorm_mul(x + t * n, w, y + t * n, n, eps);
 }
 
-void softmax(float* z, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) m = z[i] > m ? z[i] : m;
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    z[i] = expf(z[i] - m);
-    s += z[i];
-  }
-  const float inv = static_cast<float>(1.0 / s);
-  for (int64_t i = 0; i < n; ++i) z[i] *= inv;
-}
+void softmax(float* z, int64_t n, bool masked_row) { vecmath().softmax(z, n, masked_row); }
 
 }  // namespace ops
 }  // namespace k3::model

@@ -141,8 +141,9 @@ void rmsnorm(const float* x, float* y, int64_t n, float eps);
 void rmsnorm_mul(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rows: T rows of n, each normed with gain w.
 void rmsnorm_rows(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);
-// In-place softmax with a double sum: p_i = e_i * (float)(1/S).
-void softmax(float* z, int64_t n);
+// In-place softmax in llama.cpp's order (VecMath::softmax): of a row it pads with masked entries
+// (attention over the KV cache) with masked_row.
+void softmax(float* z, int64_t n, bool masked_row = false);
 
 }  // namespace ops
 }  // namespace k3::model

@@ -33,6 +33,17 @@ void exp_ref(float* x, int64_t n) {
 void mad_ref(float* y, const float* x, float v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
+void softmax_ref(float* z, int64_t n, bool) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = z[i] > m ? z[i] : m;
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    z[i] = expf(z[i] - m);
+    s += z[i];
+  }
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = 0; i < n; ++i) z[i] *= inv;
+}
 
 #include "tensor/delta_rule.inc"
 #include "tensor/causal_conv.inc"
@@ -42,7 +53,7 @@ struct Tables {
   Tables() {
     // the conv and the delta rule in the AVX2 builds' order: llama.cpp's SSE builds run on no CPU
     // k3 meets
-    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, mad_ref, delta_rule_as<8>, causal_conv_as<8>};
+    t[0] = VecMath{situ_ref, sigmoid_ref, silu_ref, exp_ref, mad_ref, softmax_ref, delta_rule_as<8>, causal_conv_as<8>};
     t[1] = t[0];
     detail::vecmath_avx2(t[1]);
     t[2] = t[1];

@@ -1,9 +1,9 @@
-// Element-wise transcendental functions of the model (situ, sigmoid, silu, exp) over arrays and
-// KDA's two kernels (delta rule, causal conv), with run-time ISA dispatch like the kernels. The
-// scalar forms (libm, in the model's evaluation order) are the references; the SIMD exp and sigmoid
-// give their bits (glibc's expf in vector form), situ's tanh stays within a few ulp
-// (tests/tensor/test_vecmath.cpp states the bounds); silu, the delta rule and the conv give
-// llama.cpp's for the level's vector width.
+// Element-wise functions of the model (situ, sigmoid, silu, exp, softmax, a fused multiply-add)
+// over arrays and KDA's two kernels (delta rule, causal conv), with run-time ISA dispatch like the
+// kernels. The scalar forms (libm, in the model's evaluation order) are the references; the SIMD
+// exp, sigmoid and situ give their bits (glibc's expf and tanhf in vector form); silu, softmax, the
+// delta rule and the conv give llama.cpp's for the level's vector width
+// (tests/tensor/test_vecmath.cpp, test_vs_llama.cpp).
 #pragma once
 #include <cstdint>
 
@@ -23,6 +23,12 @@ struct VecMath {
   void (*silu)(float* x, int64_t n);                                     // x = x / (1 + exp(-x))
   void (*exp)(float* x, int64_t n);                                      // x = exp(x)
   void (*mad)(float* y, const float* x, float v, int64_t n);             // y = x·v + y, fused
+  // In-place softmax, p_i = e_i · float(1 / Σ e_i) with the sum in double, as ggml's soft_max: kW
+  // lanes at a time with ggml's vector exp (each block's lanes added as its build adds them), then
+  // libm's expf for the last n % kW — or, for a row that llama.cpp pads with masked (−inf) entries
+  // to a multiple of the vector width (attention over the KV cache: masked_row), the last block too.
+  // The scalar form: libm's expf for all.
+  void (*softmax)(float* z, int64_t n, bool masked_row);
   // One delta-rule step of one KDA head (model.md §6.3 step 6), S [d][d] with row j over key i:
   // S_j *= eg; u = S_j·k; δ = (v_j − u) beta; S_j += k δ; o_j = (S_j·q) scale. In llama.cpp's
   // order for the level's vector width (delta_rule.inc).

@@ -1,6 +1,7 @@
 // AVX2 + FMA forms of vecmath.h (8 lanes). Only file-local code (kernels_impl.h explains why).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,7 +27,17 @@ inline vf copysign(vf m, vf s) {
   return _mm256_or_ps(_mm256_andnot_ps(sign, m), _mm256_and_ps(sign, s));
 }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
-// ggml's AVX reduce: lane l + lane l+4, then two horizontal adds.
+inline vf vtrunc(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+inline vf vpow2(vf k) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23));
+}
+// ggml_vec_soft_max_f32's AVX2 sum of a block: lane l + lane l+4, then (0 + 2) + (1 + 3).
+inline float block_sum(vf v) {
+  __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+// ggml's AVX reduce (vec_dot_f32): lane l + lane l+4, then two horizontal adds.
 inline float lane_sum(vf v) {
   const __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 u = _mm_hadd_ps(t, t);

@@ -1,6 +1,7 @@
 // AVX-512 forms of vecmath.h (16 lanes). Only file-local code (kernels_impl.h explains why).
 #include "tensor/avx512.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,8 +27,13 @@ inline vf copysign(vf m, vf s) {
   return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(sign, _mm512_castps_si512(s), _mm512_castps_si512(m), 0xCA));  // sign ? s : m
 }
 inline vf sel_lt(vf a, vf b, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
+inline vf vtrunc(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+inline vf vpow2(vf k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23));
+}
 // ggml's AVX-512 reduce (_mm512_reduce_add_ps): l + l+8, l + l+4, then (0 + 2) + (1 + 3).
 inline float lane_sum(vf v) { return _mm512_reduce_add_ps(v); }
+inline float block_sum(vf v) { return _mm512_reduce_add_ps(v); }  // ggml_vec_soft_max_f32's too
 // The double half of exp (vecmath_simd.inc): 8 lanes, the table's 32 entries from 4 registers (two
 // two-register permutes and a blend on bit 4 of the index).
 using vd = __m512d;

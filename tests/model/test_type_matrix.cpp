@@ -372,13 +372,14 @@ INSTANTIATE_TEST_SUITE_P(Types, TypeMatrixGgml, ::testing::ValuesIn(kGgmlTypes),
 
 // A file whose every computation k3 does in llama.cpp's order (tensor/ and docs/model.md, "Summation
 // order"): Q5_0 matrices (not a type llama.cpp's AMX or repack buffers take) quantized by ggml and
-// written by gguf-py, the rest F32 (router, norms, KDA, attention residuals). At the level of the
+// written by gguf-py, the rest F32 (router, norms, KDA, attention residuals, MLA's softmax). At the level of the
 // vector width of the llama.cpp build this CPU runs (AVX-512 or AVX2), k3's logits are llama.cpp's
 // token-by-token logits to the bit at every position.
 TEST(TypeMatrixGgmlBits, Q5_0FileGivesLlamaCppsBits) {
   const test::GgmlCpu* g = test::GgmlCpu::get();
   ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
-  const std::vector<int32_t> ids = {1, 72, 101, 260, 33, 7, 119, 200, 42, 3, 88, 150};
+  std::vector<int32_t> ids;  // 40 positions: attention rows past both vector widths
+  for (int32_t i = 0; i < 40; ++i) ids.push_back(1 + (37 * i + 11) % 250);
   const std::string file = temp_path("ggml_q5_0_bits.gguf");
   nlohmann::json plan = {{"ids", ids}, {"eps", 0.5}, {"cases", nlohmann::json::array()}};
   plan["cases"].push_back({{"name", "q5_0"}, {"file", file}, {"writer", "ggml"},

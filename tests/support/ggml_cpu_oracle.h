@@ -2,10 +2,12 @@
 // the activation quantizers (from_float) and dot products (vec_dot) of each type, and whole matrix
 // products run the way llama.cpp runs them (a one-node graph on the CPU backend, the weight in the
 // CPU_REPACK buffer where llama.cpp would place it), which is what llama.cpp's models compute; its
-// silu, KDA conv and KDA recurrence likewise.
+// silu, softmax, KDA conv and KDA recurrence likewise.
 #pragma once
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -97,6 +99,27 @@ class GgmlCpu {
       return Graph{f_.silu(ac, f_.ssm_conv(ac, X, C)), {{C, w}, {X, sx.data()}}};
     });
   }
+  // llama.cpp's softmax of `rows` rows of n floats x[r][i] (ggml_soft_max), or with padded > n of
+  // rows it pads with masked entries to `padded` (ggml_soft_max_ext with an F32 mask of 0 and −inf,
+  // as its attention's rows over the KV cache): the first n of each row.
+  std::vector<float> soft_max(const float* x, int64_t n, int64_t rows, int64_t padded) const {
+    const int64_t w = std::max(n, padded);
+    std::vector<float> xp(w * rows, 0.0f), mask(w * rows, 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < w; ++i) {
+        if (i < n) xp[r * w + i] = x[r * n + i];
+        else mask[r * w + i] = -INFINITY;
+      }
+    const std::vector<float> y = run(false, 1, w * rows, [&](void*, void* ac) {
+      void* X = f_.new_tensor_2d(ac, 0, w, rows);
+      if (padded <= n) return Graph{f_.soft_max(ac, X), {{X, xp.data()}}};
+      void* M = f_.new_tensor_2d(ac, 0, w, rows);
+      return Graph{f_.soft_max_ext(ac, X, M, 1.0f, 0.0f), {{X, xp.data()}, {M, mask.data()}}};
+    });
+    std::vector<float> out(n * rows);
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(&y[r * w], n, &out[r * n]);
+    return out;
+  }
   // llama.cpp's KDA recurrence (ggml_gated_delta_net with a gate a key, one sequence): H heads of
   // d, T tokens; q, k, v, g [t][h][i], beta [t][h], state [h][j][i] (value row j over key i, as
   // k3 keeps it). Returns the outputs o[t][h][j], then the state after the last token.
@@ -129,6 +152,8 @@ class GgmlCpu {
     void* (*ssm_conv)(void*, void*, void*);
     void* (*silu)(void*, void*);
     void* (*gated_delta_net)(void*, void*, void*, void*, void*, void*, void*, int64_t);
+    void* (*soft_max)(void*, void*);
+    void* (*soft_max_ext)(void*, void*, void*, float, float);
     void* (*new_graph)(void*);
     void (*build_forward_expand)(void*, void*);
     void* (*alloc_ctx_tensors_from_buft)(void*, void*);
@@ -243,6 +268,8 @@ class GgmlCpu {
     sym(base, f.ssm_conv, "ggml_ssm_conv");
     sym(base, f.silu, "ggml_silu");
     sym(base, f.gated_delta_net, "ggml_gated_delta_net");
+    sym(base, f.soft_max, "ggml_soft_max");
+    sym(base, f.soft_max_ext, "ggml_soft_max_ext");
     sym(h, g->vec_silu_, "ggml_vec_silu_f32");
     sym(base, f.new_graph, "ggml_new_graph");
     sym(base, f.build_forward_expand, "ggml_build_forward_expand");

@@ -115,10 +115,27 @@ TEST(VsLlama, MatmulOnTheAvx2Variant) {
   if (g) check_variant(*g);
 }
 
+// Runs measure(isa, count) at every level this CPU has, count(k3's value, llama.cpp's) for each
+// value compared: k3's levels of g's vector width (AVX-512 for its AVX-512 builds, AVX2 and
+// AVX-VNNI for the others) must give its bits; the other levels print how far they are apart.
+template <class Measure>
+void expect_llama_bits_at_its_width(const test::GgmlCpu& g, const char* what, Measure&& measure) {
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
+    double worst = 0;
+    int64_t differ = 0;
+    measure(isa, [&](float a, float b) { worst = std::max(worst, std::fabs(static_cast<double>(a) - b)), differ += a != b; });
+    std::printf("[vs llama] %s at %s against %s: %lld values differ, at most by %.2g\n", what, isa_name(isa),
+                g.variant().c_str(), static_cast<long long>(differ), worst);
+    if ((isa == Isa::Avx512) == g.avx512() && isa != Isa::Scalar) {
+      EXPECT_EQ(differ, 0) << what << " at " << isa_name(isa) << ": not llama.cpp's bits (variant " << g.variant() << ")";
+    }
+  }
+}
+
 // KDA's conv + silu against llama.cpp's (ggml_silu of ggml_ssm_conv: 1 to 33 tokens, kernels of 2
-// to 17 taps, K3's 4 among them, a row of D = 200 channels, 8 in ggml's scalar tail) and silu alone (ggml_vec_silu_f32) over
-// [-110, 90] on variant g: k3's levels of g's vector width (AVX-512 for its AVX-512 builds, AVX2 and
-// AVX-VNNI for the others) give its bits; the other levels print how far they are apart.
+// to 17 taps, K3's 4 among them, a row of D = 200 channels, 8 in ggml's scalar tail) and silu
+// alone (ggml_vec_silu_f32) over [-110, 90].
 void check_conv_silu(const test::GgmlCpu& g) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -127,15 +144,10 @@ void check_conv_silu(const test::GgmlCpu& g) {
   for (int i = 0; i < 4096; ++i) x.push_back(nd(rng) * 3);
   const std::vector<float> want = g.silu(x.data(), static_cast<int>(x.size()));
   const int64_t D = 200;
-  for (Isa isa : kAllIsas) {
-    if (!isa_supported(isa)) continue;
-    const bool same_width = (isa == Isa::Avx512) == g.avx512() && isa != Isa::Scalar;
+  expect_llama_bits_at_its_width(g, "silu, KDA conv + silu", [&](Isa isa, auto&& count) {
     const VecMath& vm = vecmath(isa);
     std::vector<float> y = x;
     vm.silu(y.data(), static_cast<int64_t>(y.size()));
-    double worst = 0;
-    int64_t differ = 0;
-    auto count = [&](float a, float b) { worst = std::max(worst, std::fabs(static_cast<double>(a) - b)), differ += a != b; };
     for (size_t i = 0; i < x.size(); ++i) count(y[i], want[i]);
     for (int64_t K : {2, 4, 5, 9, 17})
       for (int64_t T : {1, 5, 33}) {
@@ -147,39 +159,36 @@ void check_conv_silu(const test::GgmlCpu& g) {
         for (int64_t t = 0; t < T; ++t) vm.silu(out.data() + t * D, D);
         for (int64_t i = 0; i < T * D; ++i) count(out[i], conv_want[i]);
       }
-    std::printf("[vs llama] silu, KDA conv + silu at %s: %lld values differ, at most by %.2g\n", isa_name(isa),
-                static_cast<long long>(differ), worst);
-    if (same_width) {
-      EXPECT_EQ(differ, 0) << isa_name(isa) << ": not llama.cpp's bits (variant " << g.variant() << ")";
-    }
-  }
+  });
 }
 
-TEST(VsLlama, KdaConvSiluOnThisCpusVariant) {
-  const test::GgmlCpu* g = test::GgmlCpu::get();
-  ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
-  check_conv_silu(*g);
-}
-
-TEST(VsLlama, KdaConvSiluOnTheAvx2Variant) {
-  const test::GgmlCpu* g = test::GgmlCpu::variant("haswell");
-  ASSERT_TRUE(g || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
-  if (g) check_conv_silu(*g);
+// Softmax against llama.cpp's (ggml_soft_max; ggml_soft_max_ext with a mask for a row padded with
+// masked entries to a multiple of 64, as its attention's rows are): rows of 1 to 100 scores, below,
+// at and past the vector widths.
+void check_softmax(const test::GgmlCpu& g) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  expect_llama_bits_at_its_width(g, "softmax", [&](Isa isa, auto&& count) {
+    for (const bool masked : {false, true})
+      for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 40, 100}) {
+        const int64_t rows = 3;
+        std::vector<float> x(n * rows);
+        for (float& f : x) f = nd(rng);
+        const std::vector<float> want = g.soft_max(x.data(), n, rows, masked ? (n + 63) / 64 * 64 : 0);
+        for (int64_t r = 0; r < rows; ++r) vecmath(isa).softmax(&x[r * n], n, masked);
+        for (size_t i = 0; i < x.size(); ++i) count(x[i], want[i]);
+      }
+  });
 }
 
 // KDA's recurrence against llama.cpp's (ggml_gated_delta_net, a gate a key): head sizes with and
 // without a tail past the last step of 4W (d = 24, 64, 128), 1 to 9 tokens, 2 heads; k3's gates
-// through its exp (libm's bits, as the op's expf). The outputs and the state after the last token:
-// k3's levels of g's vector width give its bits; the other levels print how far they are apart.
+// through its exp (libm's bits, as the op's expf). The outputs and the state after the last token.
 void check_delta_rule(const test::GgmlCpu& g) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 0.3f);
-  for (Isa isa : kAllIsas) {
-    if (!isa_supported(isa)) continue;
-    const bool same_width = (isa == Isa::Avx512) == g.avx512() && isa != Isa::Scalar;
+  expect_llama_bits_at_its_width(g, "KDA recurrence", [&](Isa isa, auto&& count) {
     const VecMath& vm = vecmath(isa);
-    double worst = 0;
-    int64_t differ = 0;
     for (int64_t d : {24, 64, 128})
       for (int64_t T : {1, 3, 9}) {
         const int64_t H = 2;
@@ -200,28 +209,24 @@ void check_delta_rule(const test::GgmlCpu& g) {
             vm.delta_rule(&S[h * d * d], d, eg.data(), &k[at], &q[at], &v[at], beta[t * H + h], scale, &got[at]);
           }
         got.insert(got.end(), S.begin(), S.end());
-        for (size_t i = 0; i < got.size(); ++i)
-          worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i])), differ += got[i] != want[i];
+        for (size_t i = 0; i < got.size(); ++i) count(got[i], want[i]);
       }
-    std::printf("[vs llama] KDA recurrence at %s: %lld values differ, at most by %.2g\n", isa_name(isa),
-                static_cast<long long>(differ), worst);
-    if (same_width) {
-      EXPECT_EQ(differ, 0) << isa_name(isa) << ": not llama.cpp's bits (variant " << g.variant() << ")";
-    }
-  }
+  });
 }
 
-TEST(VsLlama, KdaRecurrenceOnThisCpusVariant) {
+// Each check on the variant llama.cpp runs on this CPU and on its AVX2 (haswell) variant.
+void on_both_variants(void (*check)(const test::GgmlCpu&)) {
   const test::GgmlCpu* g = test::GgmlCpu::get();
   ASSERT_TRUE(g) << "ggml CPU backend (node-llama-cpp's libggml-cpu) not found: run tools/setup test";
-  check_delta_rule(*g);
+  check(*g);
+  const test::GgmlCpu* h = test::GgmlCpu::variant("haswell");
+  ASSERT_TRUE(h || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
+  if (h && h != g) check(*h);
 }
 
-TEST(VsLlama, KdaRecurrenceOnTheAvx2Variant) {
-  const test::GgmlCpu* g = test::GgmlCpu::variant("haswell");
-  ASSERT_TRUE(g || !isa_supported(Isa::Avx2)) << "llama.cpp's haswell variant did not load on an AVX2 CPU";
-  if (g) check_delta_rule(*g);
-}
+TEST(VsLlama, KdaConvSilu) { on_both_variants(check_conv_silu); }
+TEST(VsLlama, Softmax) { on_both_variants(check_softmax); }
+TEST(VsLlama, KdaRecurrence) { on_both_variants(check_delta_rule); }
 
 }  // namespace
 }  // namespace k3
