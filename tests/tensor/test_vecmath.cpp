@@ -1,12 +1,14 @@
 // The SIMD vecmath forms against the libm references, in ulp (distance between the floats' ordered
-// bit patterns). Bounds: exp 2, sigmoid 4, silu 3, situ 8 (three or four rounded factors of a few
-// ulp each); the measured maxima are 1, 3, 2 and 6 (AVX2 and AVX-512 alike).
+// bit patterns): exp, sigmoid and situ's tanh are libm's to the bit; silu is llama.cpp's vector
+// form, 4 ulp from libm. K3_LIBM_EVERY_FLOAT=1 checks every float where the suite samples every
+// 257th (~1 min a level each for exp/sigmoid and tanh).
 #include "tensor/vecmath.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -53,51 +55,59 @@ int64_t max_ulps(Isa isa, F&& pick, const std::vector<float>& x, float* worst) {
 
 const Isa kIsas[] = {Isa::Avx2, Isa::Avx512};
 
-// exp and sigmoid are libm's to the bit (glibc's expf, vecmath_simd.inc), so llama.cpp's ggml_exp and
-// ggml_sigmoid: on the inputs above, every 257th float of [-110, 90] (8.7 million; all 2.2 billion
-// matched once, docs/notes/i37u.md) and the two floats where only the fused reduction gives glibc's
-// bits; silu is llama.cpp's vector form (tests/tensor/test_vs_llama.cpp holds it to those bits), 4
-// ulp from libm.
-TEST(VecMath, ExpSigmoidAreLibmSiluWithinUlps) {
-  std::vector<float> every = inputs(-110.0f, 90.0f);
-  for (float x : {0x1.04845ep+5f, -0x1.f8cbb2p+5f}) every.push_back(x);
-  for (uint32_t b = 0; b < 0xffffffffu - 257; b += 257) {
+// f(chunk) over the floats x = bits(u) for u = 0, step, 2·step, ... (step 257, or 1 with
+// K3_LIBM_EVERY_FLOAT set) with keep(x), in chunks of up to 1 << 20.
+template <class Keep, class F>
+void over_floats(Keep&& keep, F&& f) {
+  const uint64_t step = std::getenv("K3_LIBM_EVERY_FLOAT") ? 1 : 257;
+  std::vector<float> chunk;
+  for (uint64_t u = 0; u <= 0xffffffffu; u += step) {
     float x;
+    const uint32_t b = static_cast<uint32_t>(u);
     std::memcpy(&x, &b, 4);
-    if (x >= -110.0f && x <= 90.0f) every.push_back(x);
+    if (keep(x)) chunk.push_back(x);
+    if (chunk.size() == (1u << 20) || u + step > 0xffffffffu) f(chunk), chunk.clear();
   }
+}
+
+// exp and sigmoid are libm's to the bit (glibc's expf, vecmath_simd.inc), so llama.cpp's ggml_exp and
+// ggml_sigmoid: on the inputs above, every 257th float of [-110, 90] (8.7 million) and the two
+// floats where only the fused reduction gives glibc's bits; silu is llama.cpp's vector form
+// (tests/tensor/test_vs_llama.cpp holds it to those bits), 4 ulp from libm.
+TEST(VecMath, ExpSigmoidAreLibmSiluWithinUlps) {
   for (Isa isa : kIsas) {
     if (isa > cpu_best_isa()) continue;
     float w = 0;
-    EXPECT_EQ(max_ulps(isa, [](const VecMath& v) { return v.exp; }, every, &w), 0) << isa_name(isa) << " exp at " << w;
-    EXPECT_EQ(max_ulps(isa, [](const VecMath& v) { return v.sigmoid; }, every, &w), 0) << isa_name(isa) << " sigmoid at " << w;
+    std::vector<float> edges = inputs(-110.0f, 90.0f);
+    for (float x : {0x1.04845ep+5f, -0x1.f8cbb2p+5f}) edges.push_back(x);
+    auto check = [&](const std::vector<float>& x) {
+      EXPECT_EQ(max_ulps(isa, [](const VecMath& v) { return v.exp; }, x, &w), 0) << isa_name(isa) << " exp at " << w;
+      EXPECT_EQ(max_ulps(isa, [](const VecMath& v) { return v.sigmoid; }, x, &w), 0) << isa_name(isa) << " sigmoid at " << w;
+    };
+    check(edges);
+    over_floats([](float x) { return x >= -110.0f && x <= 90.0f; }, check);
     const auto x = inputs(-110.0f, 90.0f);
     EXPECT_LE(max_ulps(isa, [](const VecMath& v) { return v.silu; }, x, &w), 4) << isa_name(isa) << " silu at " << w;
   }
 }
 
-// situ's tanh is libm's tanhf to the bit (llama.cpp's ggml_tanh calls it): every 257th float
-// (every float was checked once: set the step to 1, ~1 min a level), through situ with a = 30
-// (tanh and sigmoid 1) and β = λ = 1, so that it returns tanh(b); and situ equals its scalar form
-// (libm, the model's order) for several β, λ.
+// situ's tanh is libm's tanhf to the bit (llama.cpp's ggml_tanh calls it): every 257th float, through
+// situ with a = 30 (tanh and sigmoid 1) and β = λ = 1, so that it returns tanh(b); and situ equals
+// its scalar form (libm, the model's order) for several β, λ.
 TEST(VecMath, SituIsLibm) {
-  std::vector<float> b;
-  for (uint32_t u = 0; u < 0xffffffffu - 257; u += 257) {
-    float x;
-    std::memcpy(&x, &u, 4);
-    if (!std::isnan(x)) b.push_back(x);
-  }
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 3.0f);
   for (Isa isa : kIsas) {
     if (isa > cpu_best_isa()) continue;
-    std::vector<float> t(b.size(), 30.0f);
-    vecmath(isa).situ(t.data(), b.data(), static_cast<int64_t>(b.size()), SituParams{1.0f, 1.0f, 1.0f, 1.0f});
     int64_t differ = 0;
-    for (size_t i = 0; i < b.size(); ++i) {
-      const float want = tanhf(b[i]);
-      differ += std::memcmp(&t[i], &want, 4) != 0;
-    }
+    over_floats([](float x) { return !std::isnan(x); }, [&](const std::vector<float>& b) {
+      std::vector<float> t(b.size(), 30.0f);
+      vecmath(isa).situ(t.data(), b.data(), static_cast<int64_t>(b.size()), SituParams{1.0f, 1.0f, 1.0f, 1.0f});
+      for (size_t i = 0; i < b.size(); ++i) {
+        const float want = tanhf(b[i]);
+        differ += std::memcmp(&t[i], &want, 4) != 0;
+      }
+    });
     EXPECT_EQ(differ, 0) << isa_name(isa) << ": tanh is not libm's";
     for (auto [beta, lambda] : {std::pair{2.0f, 0.0f}, std::pair{1.5f, 4.0f}, std::pair{0.5f, 0.25f}}) {
       const SituParams p{beta, 1.0f / beta, lambda, lambda > 0 ? 1.0f / lambda : 0.0f};
