@@ -25,6 +25,7 @@
 
 #include "tensor/blocks.h"
 #include "tensor/gemm.h"
+#include "tensor/ggml_order.h"
 #include "tensor/kernels.h"
 #include "tensor/repack.h"
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tensor/blocks.h"
+#include "tensor/ggml_order.h"
 #include "tensor/iq3_grids.h"
 #include "tensor/iq_grids.h"
 #include "tensor/kernels_impl.h"

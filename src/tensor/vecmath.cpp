@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/ggml_order.h"
 #include "tensor/scratch.h"
 
 namespace k3 {

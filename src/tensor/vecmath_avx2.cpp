@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/ggml_order.h"
 #include "tensor/scratch.h"
 #include "tensor/vecmath.h"
 
