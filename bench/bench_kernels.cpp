@@ -327,6 +327,22 @@ void BM_delta_rule(benchmark::State& st, Isa isa) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * d * d * 4);
 }
 
+// situ over 4096 gate / up pairs (K3's β = 4, λ = 25; gates spread over [-12, 12]), in L1.
+void BM_situ(benchmark::State& st, Isa isa) {
+  constexpr int64_t n = 4096;
+  const std::vector<float> a0 = random_floats(n, 23), b = random_floats(n, 24);
+  std::vector<float> a(n);
+  const SituParams p{4.0f, 0.25f, 25.0f, 0.04f};
+  const VecMath& vm = vecmath(isa);
+  for (auto _ : st) {
+    for (int64_t i = 0; i < n; ++i) a[i] = a0[i] * 12.0f;
+    vm.situ(a.data(), b.data(), n, p);
+    benchmark::DoNotOptimize(a.data());
+  }
+  st.counters["ns/value"] = benchmark::Counter(static_cast<double>(n) * st.iterations(),
+                                               benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // ---- matvec over weights larger than L3 -------------------------------------------------------
 
 constexpr double kMatvecBytes = 1.5e9;
@@ -632,7 +648,10 @@ void register_all() {
     benchmark::RegisterBenchmark(("repack/" + std::string(type_name(t))).c_str(), BM_repack, t)->Unit(benchmark::kMillisecond);
   for (Isa isa : isas())
     if (isa != Isa::AvxVnni)  // vector math has no AVX-VNNI form
+    {
       benchmark::RegisterBenchmark(("delta_rule/" + std::string(isa_name(isa))).c_str(), BM_delta_rule, isa);
+      benchmark::RegisterBenchmark(("situ/" + std::string(isa_name(isa))).c_str(), BM_situ, isa);
+    }
   benchmark::RegisterBenchmark("pool/chunks", BM_pool_region, true)->Arg(2);
   benchmark::RegisterBenchmark("pool/run", BM_pool_region, false)->Arg(2);
   benchmark::RegisterBenchmark("membw", BM_membw)->Arg(1)->Arg(2)->UseManualTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
